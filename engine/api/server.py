@@ -1,0 +1,202 @@
+"""The OpenAI-compatible HTTP API: /v1/completions (SSE streaming), /health, /v1/models.
+
+Every request is validated before it reaches the worker (validate.py). A client that goes
+away mid-stream aborts its request, so the worker frees its pages and slot.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+
+import msgspec
+import msgspec.structs
+from aiohttp import web
+
+from engine.api.validate import ApiError, CompletionParams, Limits, validate_completion
+from engine.api.worker_client import WorkerClient
+from engine.messages import AddRequest, TokenFrame
+
+log = logging.getLogger("engine.api")
+_json = msgspec.json.Encoder()
+
+CLIENT = web.AppKey("client", WorkerClient)
+STATE = web.AppKey("state", dict)
+
+
+def token_text(token: int) -> str:
+    """No tokenizer ships with the random-weight models: a token renders as `<id>`."""
+    return f"<{token}>"
+
+
+def _error(err: ApiError) -> web.Response:
+    return web.json_response(err.body(), status=err.status)
+
+
+@web.middleware
+async def errors_as_json(request: web.Request, handler):
+    try:
+        return await handler(request)
+    except web.HTTPRequestEntityTooLarge as exc:
+        return _error(ApiError(413, f"request body too large ({exc.text})"))
+    except ApiError as err:
+        return _error(err)
+    except web.HTTPException:
+        raise
+    except Exception:  # a bug: log it whole, answer JSON, keep serving
+        log.exception("unhandled error in %s %s", request.method, request.path)
+        return _error(ApiError(500, "internal error; see the server log"))
+
+
+async def health(request: web.Request) -> web.Response:
+    if request.app[STATE]["limits"] is None:
+        return web.json_response({"status": "starting"}, status=503)
+    return web.json_response({"status": "ok"})
+
+
+async def models(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    card = {
+        "id": state["model"],
+        "object": "model",
+        "owned_by": "engine",
+        "max_model_len": state["max_model_len"],
+    }
+    return web.json_response({"object": "list", "data": [card]})
+
+
+async def engine_stats(request: web.Request) -> web.Response:
+    client, state = request.app[CLIENT], request.app[STATE]
+    stats = msgspec.structs.asdict(await client.stats())
+    stats.update(in_flight=client.in_flight, max_in_flight=state["max_in_flight"])
+    return web.json_response(stats)
+
+
+async def completions(request: web.Request) -> web.StreamResponse:
+    client, state = request.app[CLIENT], request.app[STATE]
+    if state["limits"] is None:
+        raise ApiError(503, "the worker is still starting; poll /health")
+    try:
+        body = json.loads(await request.read())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ApiError(400, f"malformed JSON body: {exc}") from None
+    params = validate_completion(body, state["limits"])
+    rid, queue = client.submit(lambda rid: _add_request(rid, params))
+    state["max_in_flight"] = max(state["max_in_flight"], client.in_flight)
+    done = False
+    try:
+        if params.stream:
+            response = await _stream(request, rid, queue, params, state["model"])
+        else:
+            response = await _collect(rid, queue, params, state["model"])
+        done = True
+        return response
+    finally:
+        client.release(rid, abort=not done)
+
+
+def _add_request(rid: int, p: CompletionParams) -> AddRequest:
+    return AddRequest(
+        rid=rid,
+        prompt=p.prompt,
+        max_tokens=p.max_tokens,
+        ignore_eos=p.ignore_eos,
+        temperature=p.temperature,
+        top_p=p.top_p,
+        top_k=p.top_k,
+        seed=p.seed,
+        logprobs=p.logprobs,
+    )
+
+
+def _choice(frame: TokenFrame, finish: str | None, text: str = "") -> dict:
+    choice = {"index": 0, "text": text, "token_ids": frame.tokens, "finish_reason": finish}
+    if frame.logprobs is not None:
+        choice["logprobs"] = {
+            "tokens": [token_text(t) for t in frame.tokens],
+            "token_logprobs": frame.logprobs,
+        }
+    return choice
+
+
+def _usage(prompt_tokens: int, completion_tokens: int) -> dict:
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
+
+
+async def _stream(request, rid, queue, params: CompletionParams, model: str):
+    response = web.StreamResponse(
+        headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+    )
+    await response.prepare(request)
+    head = {
+        "id": f"cmpl-{rid}",
+        "object": "text_completion",
+        "created": int(time.time()),
+        "model": model,
+    }
+    produced = 0
+    while True:
+        frame = await queue.get()
+        if frame.tokens:
+            produced += len(frame.tokens)
+            text = "".join(token_text(t) for t in frame.tokens)
+            event = dict(head, choices=[_choice(frame, None, text)])
+            await response.write(b"data: " + _json.encode(event) + b"\n\n")
+        if frame.finish_reason is None:
+            continue
+        if frame.finish_reason == "error":
+            err = {"error": {"message": frame.error or "generation failed", "type": "server_error"}}
+            await response.write(b"data: " + _json.encode(err) + b"\n\n")
+        else:
+            final = {"index": 0, "text": "", "token_ids": [], "finish_reason": frame.finish_reason}
+            event = dict(head, choices=[final], usage=_usage(len(params.prompt), produced))
+            await response.write(b"data: " + _json.encode(event) + b"\n\n")
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
+
+
+async def _collect(rid, queue, params: CompletionParams, model: str) -> web.Response:
+    tokens: list[int] = []
+    logprobs: list[float] = []
+    while True:
+        frame = await queue.get()
+        tokens.extend(frame.tokens)
+        logprobs.extend(frame.logprobs or [])
+        if frame.finish_reason is not None:
+            break
+    if frame.finish_reason == "error":
+        raise ApiError(500, frame.error or "generation failed")
+    merged = TokenFrame(rid, tokens, logprobs if params.logprobs else None)
+    choice = _choice(merged, frame.finish_reason, "".join(token_text(t) for t in tokens))
+    body = {
+        "id": f"cmpl-{rid}",
+        "object": "text_completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [choice],
+        "usage": _usage(len(params.prompt), len(tokens)),
+    }
+    return web.json_response(body, dumps=lambda obj: _json.encode(obj).decode())
+
+
+def build_app(client: WorkerClient, model: str, max_body: int) -> web.Application:
+    app = web.Application(client_max_size=max_body, middlewares=[errors_as_json])
+    app[CLIENT] = client
+    app[STATE] = {"model": model, "limits": None, "max_model_len": 0, "max_in_flight": 0}
+    app.router.add_post("/v1/completions", completions)
+    app.router.add_get("/health", health)
+    app.router.add_get("/v1/models", models)
+    app.router.add_get("/v1/engine/stats", engine_stats)
+    return app
+
+
+def on_ready(app: web.Application, vocab_size: int, max_model_len: int) -> None:
+    state = app[STATE]
+    state["limits"] = Limits(vocab_size, max_model_len, state["model"])
+    state["max_model_len"] = max_model_len

@@ -1,0 +1,185 @@
+"""Validation of /v1/completions bodies: every field checked, unsupported ones refused.
+
+A bad body raises ApiError naming the field (HTTP 400); nothing is silently dropped or
+defaulted past what the OpenAI API itself defaults.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+INT32_MAX = 2**31 - 1
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str, param: str | None = None):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+
+    def body(self) -> dict:
+        kind = "invalid_request_error" if self.status < 500 else "server_error"
+        return {"error": {"message": self.message, "type": kind, "param": self.param}}
+
+
+@dataclass(frozen=True)
+class Limits:
+    vocab_size: int
+    max_model_len: int
+    model: str
+
+
+@dataclass(frozen=True)
+class CompletionParams:
+    prompt: list[int]
+    max_tokens: int
+    ignore_eos: bool
+    temperature: float
+    top_p: float
+    top_k: int
+    seed: int | None
+    logprobs: bool
+    stream: bool
+
+
+# Fields the OpenAI API defines that this server does not implement: refused unless they
+# hold the value that means "off".
+_OFF_VALUES = {
+    "n": (1,),
+    "best_of": (1,),
+    "stop": (None, [], ""),
+    "stop_token_ids": (None, []),
+    "echo": (False,),
+    "suffix": (None,),
+    "presence_penalty": (0, 0.0),
+    "frequency_penalty": (0, 0.0),
+    "logit_bias": (None, {}),
+    "response_format": (None,),
+}
+_ACCEPTED = {
+    "model",
+    "prompt",
+    "max_tokens",
+    "ignore_eos",
+    "temperature",
+    "top_p",
+    "top_k",
+    "seed",
+    "logprobs",
+    "stream",
+    "stream_options",
+    "user",
+}
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value) -> bool:
+    return (isinstance(value, int | float)) and not isinstance(value, bool)
+
+
+def _int_field(body: dict, name: str, default, low: int, high: int, what: str):
+    value = body.get(name, default)
+    if value is None and default is None:
+        return None
+    if not _is_int(value) or not low <= value <= high:
+        raise ApiError(400, f"{name} must be {what}, got {value!r}", name)
+    return value
+
+
+def _bool_field(body: dict, name: str, default: bool) -> bool:
+    value = body.get(name, default)
+    if not isinstance(value, bool):
+        raise ApiError(400, f"{name} must be true or false, got {value!r}", name)
+    return value
+
+
+def _prompt(body: dict, limits: Limits) -> list[int]:
+    if "prompt" not in body:
+        raise ApiError(400, "prompt is required", "prompt")
+    prompt = body["prompt"]
+    if isinstance(prompt, str):
+        raise ApiError(
+            400,
+            "text prompts need a tokenizer and this model ships none: send token ids",
+            "prompt",
+        )
+    if not isinstance(prompt, list) or not prompt:
+        raise ApiError(400, "prompt must be a non-empty list of token ids", "prompt")
+    if any(isinstance(p, list) for p in prompt):
+        raise ApiError(
+            400, "batched prompts are not supported: send one prompt per request", "prompt"
+        )
+    for i, token in enumerate(prompt):
+        if not _is_int(token):
+            raise ApiError(400, f"prompt[{i}] must be an integer token id, got {token!r}", "prompt")
+        if not 0 <= token < limits.vocab_size:
+            raise ApiError(
+                400,
+                f"prompt[{i}]={token} is outside the vocabulary [0, {limits.vocab_size})",
+                "prompt",
+            )
+    return prompt
+
+
+def validate_completion(body: object, limits: Limits) -> CompletionParams:
+    if not isinstance(body, dict):
+        raise ApiError(400, "the request body must be a JSON object")
+    for key, value in body.items():
+        if key in _OFF_VALUES:
+            if value not in _OFF_VALUES[key]:
+                raise ApiError(400, f"{key}={value!r} is not supported by this server", key)
+        elif key not in _ACCEPTED:
+            raise ApiError(400, f"unknown or unsupported field {key!r}", key)
+    model = body.get("model", limits.model)
+    if model != limits.model:
+        raise ApiError(
+            404, f"model {model!r} is not served here; this server serves {limits.model!r}", "model"
+        )
+    prompt = _prompt(body, limits)
+    max_tokens = _int_field(body, "max_tokens", 16, 1, INT64_MAX, "a positive integer")
+    if len(prompt) + max_tokens > limits.max_model_len:
+        raise ApiError(
+            400,
+            f"prompt ({len(prompt)} tokens) + max_tokens ({max_tokens}) exceeds the context "
+            f"window of {limits.max_model_len} tokens",
+            "max_tokens",
+        )
+    temperature = body.get("temperature", 1.0)
+    if not _is_number(temperature) or not temperature >= 0:
+        raise ApiError(
+            400, f"temperature must be a number >= 0, got {temperature!r}", "temperature"
+        )
+    top_p = body.get("top_p", 1.0)
+    if not _is_number(top_p) or not 0 < top_p <= 1:
+        raise ApiError(400, f"top_p must be in (0, 1], got {top_p!r}", "top_p")
+    top_k = _int_field(body, "top_k", 0, -1, INT32_MAX, "-1, 0 (off) or a positive int32")
+    seed = _int_field(body, "seed", None, INT64_MIN, INT64_MAX, "an int64")
+    logprobs = body.get("logprobs")
+    if not (
+        logprobs is None or isinstance(logprobs, bool) or (_is_int(logprobs) and logprobs == 0)
+    ):
+        raise ApiError(
+            400,
+            "logprobs: only the sampled token's log-prob is supported "
+            "(logprobs true or 0); top alternatives are not",
+            "logprobs",
+        )
+    options = body.get("stream_options")
+    if options is not None and not isinstance(options, dict):
+        raise ApiError(400, "stream_options must be an object", "stream_options")
+    return CompletionParams(
+        prompt=prompt,
+        max_tokens=max_tokens,
+        ignore_eos=_bool_field(body, "ignore_eos", False),
+        temperature=float(temperature),
+        top_p=float(top_p),
+        top_k=max(top_k, 0),
+        seed=seed,
+        logprobs=logprobs is True or _is_int(logprobs),
+        stream=_bool_field(body, "stream", False),
+    )

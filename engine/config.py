@@ -1,0 +1,197 @@
+"""Scenarios: one YAML per workload, resolved for one size, with typed overrides.
+
+A scenario names the model (architecture, preset, seed), the engine settings and the load
+profile. `sizes.<name>` holds per-size overrides; the machine picks the default size
+(`default_size.cuda` where CUDA is present, else `default_size.cpu`).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+SCENARIO_DIR = Path(__file__).resolve().parent.parent / "scenarios"
+
+
+class ConfigError(ValueError):
+    """A scenario, size or override that cannot be used; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    page_size: int = 16
+    max_rows: int = 256  # rows (requests) in one step
+    max_tokens_per_step: int = 2048  # tokens in one step; longer prompts are chunked
+    mixing: bool = False  # may prefill rows join a decode step
+    max_model_len: int = 4096  # prompt + output tokens of one request
+    kv_pages: int = 8192  # pages in the paged KV pool
+    state_slots: int = 512  # recurrent-state slots (one per running request)
+    dtype: str = "float32"
+    device: str = "cpu"
+    runtime_stops: bool = True  # declared stop policies checked in the runtime
+    # Planted slowdown of the worker loop, for `bench power` and harness tests only.
+    planted_delay_us: int = 0
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    arch: str = "qwen35"
+    preset: str = "tiny"
+    seed: int = 0
+    path: str | None = None  # a Hugging Face-format directory instead of random weights
+    eos_token_ids: list[int] | None = None  # replaces the model's own EOS ids
+
+
+@dataclass(frozen=True)
+class LoadProfile:
+    prompt_tokens: tuple[int, int] = (16, 64)
+    output_tokens: tuple[int, int] = (16, 48)
+    requests: int = 256
+    warmup: int = 16
+    seed: int = 1234
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    size: str
+    size_reason: str
+    description: str
+    headline: str
+    model: ModelSpec
+    engine: EngineConfig
+    load: LoadProfile
+    sizes: tuple[str, ...] = field(default=())
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def scenario_names() -> list[str]:
+    return sorted(p.stem for p in SCENARIO_DIR.glob("*.yaml"))
+
+
+def scenario_path(name: str) -> Path:
+    path = Path(name)
+    if path.suffix in (".yaml", ".yml") and path.exists():
+        return path
+    path = SCENARIO_DIR / f"{name}.yaml"
+    if not path.exists():
+        known = ", ".join(scenario_names()) or "none"
+        raise ConfigError(f"unknown scenario {name!r}; known scenarios: {known}")
+    return path
+
+
+def cuda_available() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+def parse_overrides(text: str | None) -> dict[str, object]:
+    """`engine.mixing=true,load.requests=64` -> {"engine.mixing": True, "load.requests": 64}."""
+    out: dict[str, object] = {}
+    for item in filter(None, (part.strip() for part in (text or "").split(","))):
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"override {item!r} is not key=value (e.g. engine.mixing=true)")
+        out[key.strip()] = yaml.safe_load(value) if value.strip() else ""
+    return out
+
+
+def _merge(base: dict, extra: dict) -> dict:
+    merged = copy.deepcopy(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _coerce(cls: type, section: str, values: dict):
+    hints = typing.get_type_hints(cls)
+    known = {f.name for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for key, value in values.items():
+        if key not in known:
+            raise ConfigError(f"unknown setting {section}.{key}; known: {', '.join(sorted(known))}")
+        kwargs[key] = _check_type(f"{section}.{key}", hints[key], value)
+    return cls(**kwargs)
+
+
+def _check_type(name: str, hint, value):
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in typing.get_args(hint):
+            return None
+        hint = next(a for a in typing.get_args(hint) if a is not type(None))
+        origin = typing.get_origin(hint)
+    if origin is tuple:
+        if not isinstance(value, list | tuple) or len(value) != 2:
+            raise ConfigError(f"{name} must be a [low, high] pair, got {value!r}")
+        low, high = (_check_type(name, int, v) for v in value)
+        if low < 1 or high < low:
+            raise ConfigError(f"{name} must satisfy 1 <= low <= high, got {value!r}")
+        return (low, high)
+    if origin is list:
+        if not isinstance(value, list):
+            raise ConfigError(f"{name} must be a list, got {value!r}")
+        return [_check_type(name, typing.get_args(hint)[0], v) for v in value]
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{name} must be true or false, got {value!r}")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{name} must be an integer, got {value!r}")
+        if value < 0:
+            raise ConfigError(f"{name} must not be negative, got {value!r}")
+        return value
+    if hint is str and not isinstance(value, str):
+        raise ConfigError(f"{name} must be a string, got {value!r}")
+    return value
+
+
+def load_scenario(
+    name: str, size: str | None = None, overrides: dict[str, object] | None = None
+) -> Scenario:
+    path = scenario_path(name)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"scenario {path} is not valid YAML: {exc}") from None
+    sizes = raw.get("sizes") or {}
+    if size is None:
+        has_cuda = cuda_available()
+        size = raw["default_size"]["cuda" if has_cuda else "cpu"]
+        reason = "CUDA found" if has_cuda else "no CUDA on this machine"
+    else:
+        reason = "asked for"
+    if size not in sizes:
+        raise ConfigError(f"scenario {raw['name']} has no size {size!r}; sizes: {', '.join(sizes)}")
+    resolved = _merge({k: raw.get(k) or {} for k in ("model", "engine", "load")}, sizes[size])
+    for key, value in (overrides or {}).items():
+        section, _, leaf = key.partition(".")
+        if section not in resolved or not leaf or "." in leaf:
+            raise ConfigError(f"override {key!r} must be model.X, engine.X or load.X")
+        resolved[section][leaf] = value
+    return Scenario(
+        name=raw["name"],
+        size=size,
+        size_reason=reason,
+        description=raw.get("description", ""),
+        headline=raw.get("headline", "output_tok_per_s"),
+        model=_coerce(ModelSpec, "model", resolved["model"]),
+        engine=_coerce(EngineConfig, "engine", resolved["engine"]),
+        load=_coerce(LoadProfile, "load", resolved["load"]),
+        sizes=tuple(sizes),
+    )

@@ -1,0 +1,352 @@
+"""Qwen3.5 (text): a hybrid decoder of Gated DeltaNet and gated full-attention layers.
+
+Layers cycle three `linear_attention` (Gated DeltaNet) then one `full_attention`; each is
+pre-norm with a SwiGLU MLP; RMSNorms scale by (1 + weight); embeddings are tied for the small
+sizes. Parameter names are Hugging Face's, so a published checkpoint maps one to one.
+Weights are either seeded random (`from_preset`) or read from a checkpoint (`from_pretrained`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from safetensors import safe_open
+from torch import nn
+
+from engine.batch import ForwardBatch
+from engine.layers.attention import GatedAttention
+from engine.layers.gated_delta import GatedDeltaNet
+from engine.layers.norm import RMSNorm
+from engine.layers.rotary import RotaryEmbedding
+from engine.worker.kv_cache import CacheShapes, KVCache
+
+FULL, LINEAR = "full_attention", "linear_attention"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint directory that does not fit the model; the message names what is wrong."""
+
+
+@dataclass(frozen=True)
+class Qwen35Config:
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    linear_num_key_heads: int
+    linear_num_value_heads: int
+    linear_key_head_dim: int
+    linear_value_head_dim: int
+    eos_token_ids: tuple[int, ...]
+    linear_conv_kernel_dim: int = 4
+    full_attention_interval: int = 4
+    partial_rotary_factor: float = 0.25
+    rope_theta: float = 10_000_000.0
+    rms_norm_eps: float = 1e-6
+    tie_word_embeddings: bool = True
+    layer_types: tuple[str, ...] = ()  # empty: every full_attention_interval-th layer is full
+
+    def __post_init__(self) -> None:
+        if not self.layer_types:
+            every = self.full_attention_interval
+            types = tuple(
+                FULL if (i + 1) % every == 0 else LINEAR for i in range(self.num_hidden_layers)
+            )
+            object.__setattr__(self, "layer_types", types)
+        known = set(self.layer_types) <= {FULL, LINEAR}
+        if len(self.layer_types) != self.num_hidden_layers or not known:
+            raise ValueError(f"layer_types must be {self.num_hidden_layers} of {FULL!r}/{LINEAR!r}")
+        if not self.eos_token_ids or not all(0 <= t < self.vocab_size for t in self.eos_token_ids):
+            raise ValueError(
+                f"eos_token_ids must be ids below vocab_size, got {self.eos_token_ids}"
+            )
+
+    @property
+    def rotary_dim(self) -> int:
+        return int(self.head_dim * self.partial_rotary_factor)
+
+    @classmethod
+    def from_hf(cls, raw: dict, generation: dict | None = None) -> Qwen35Config:
+        """From a config.json (text-only, or multimodal with `text_config`) and optionally a
+        generation_config.json, whose EOS ids (e.g. <|im_end|>) join the config's."""
+        text = raw.get("text_config", raw)
+        if text.get("attn_output_gate", True) is not True:
+            raise CheckpointError("attention without the output gate is not supported")
+        rope = text.get("rope_parameters") or text.get("rope_scaling") or {}
+        eos: list[int] = []
+        for source in ((generation or {}).get("eos_token_id"), text.get("eos_token_id")):
+            for token in [source] if isinstance(source, int) else source or []:
+                eos += [token] if token not in eos else []
+        explicit = {"eos_token_ids", "layer_types", "rope_theta", "partial_rotary_factor"}
+        explicit |= {"tie_word_embeddings"}
+        fields = {f.name for f in dataclasses.fields(cls)} - explicit
+        return cls(
+            **{k: v for k, v in text.items() if k in fields},
+            rope_theta=rope.get("rope_theta", text.get("rope_theta", 10_000_000.0)),
+            partial_rotary_factor=rope.get(
+                "partial_rotary_factor", text.get("partial_rotary_factor", 0.25)
+            ),
+            tie_word_embeddings=raw.get(
+                "tie_word_embeddings", text.get("tie_word_embeddings", False)
+            ),
+            layer_types=tuple(text.get("layer_types") or ()),
+            eos_token_ids=tuple(eos),
+        )
+
+
+# fmt: off
+PRESETS: dict[str, Qwen35Config] = {
+    # Published Qwen3.5-0.8B text shapes. EOS: <|im_end|> (generation_config) and <|endoftext|>.
+    "0.8b": Qwen35Config(
+        vocab_size=248_320, hidden_size=1024, intermediate_size=3584, num_hidden_layers=24,
+        num_attention_heads=8, num_key_value_heads=2, head_dim=256,
+        linear_num_key_heads=16, linear_num_value_heads=16,
+        linear_key_head_dim=128, linear_value_head_dim=128, eos_token_ids=(248_046, 248_044),
+    ),
+    # Same structure, a few million parameters, for CPU tests and CI.
+    "tiny": Qwen35Config(
+        vocab_size=4096, hidden_size=128, intermediate_size=384, num_hidden_layers=8,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+        linear_num_key_heads=4, linear_num_value_heads=4,
+        linear_key_head_dim=32, linear_value_head_dim=32, eos_token_ids=(4094, 4095),
+    ),
+}
+# fmt: on
+
+
+class Qwen35MLP(nn.Module):
+    def __init__(self, hidden: int, intermediate: int):
+        super().__init__()
+        self.gate_proj = nn.Linear(hidden, intermediate, bias=False)
+        self.up_proj = nn.Linear(hidden, intermediate, bias=False)
+        self.down_proj = nn.Linear(intermediate, hidden, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Qwen35DecoderLayer(nn.Module):
+    """One pre-norm block; `cache_index` is its position among the layers of its type, i.e.
+    its index into KVCache.k/v (full) or KVCache.conv_state/ssm_state (linear)."""
+
+    def __init__(self, config: Qwen35Config, layer_type: str, cache_index: int):
+        super().__init__()
+        c = config
+        self.is_full, self.cache_index = layer_type == FULL, cache_index
+        if self.is_full:
+            self.self_attn = GatedAttention(
+                c.hidden_size,
+                c.num_attention_heads,
+                c.num_key_value_heads,
+                c.head_dim,
+                c.rms_norm_eps,
+            )
+        else:
+            self.linear_attn = GatedDeltaNet(
+                c.hidden_size, c.linear_num_key_heads, c.linear_num_value_heads,
+                c.linear_key_head_dim, c.linear_value_head_dim, c.linear_conv_kernel_dim, c.rms_norm_eps,
+            )  # fmt: skip
+        self.mlp = Qwen35MLP(c.hidden_size, c.intermediate_size)
+        self.input_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps)
+
+    def forward(self, x, cos, sin, batch: ForwardBatch, cache: KVCache) -> torch.Tensor:
+        h, i = self.input_layernorm(x), self.cache_index
+        if self.is_full:
+            h = self.self_attn(h, cos, sin, batch, cache.k[i], cache.v[i])
+        else:
+            h = self.linear_attn(h, batch, cache.conv_state[i], cache.ssm_state[i])
+        return self._mlp(x + h)
+
+    def forward_full(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        h = self.input_layernorm(x)
+        if self.is_full:
+            return self._mlp(x + self.self_attn.forward_full(h, cos, sin))
+        return self._mlp(x + self.linear_attn.forward_full(h))
+
+    def _mlp(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Qwen35Model(nn.Module):
+    """The `model.` namespace of the checkpoints: embeddings, layers, final norm."""
+
+    def __init__(self, config: Qwen35Config):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        types = config.layer_types
+        self.layers = nn.ModuleList(
+            Qwen35DecoderLayer(config, kind, types[:i].count(kind)) for i, kind in enumerate(types)
+        )
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+
+
+class Qwen35ForCausalLM(nn.Module):
+    def __init__(self, config: Qwen35Config):
+        super().__init__()
+        self.config = config
+        self.eos_token_ids: list[int] = list(config.eos_token_ids)
+        self.model = Qwen35Model(config)
+        self.rotary = RotaryEmbedding(config.rotary_dim, config.rope_theta)
+        if not config.tie_word_embeddings:
+            self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+
+    def cache_shapes(self) -> CacheShapes:
+        c = self.config
+        return CacheShapes(
+            num_full_layers=c.layer_types.count(FULL),
+            num_linear_layers=c.layer_types.count(LINEAR),
+            kv_heads=c.num_key_value_heads,
+            head_dim=c.head_dim,
+            conv_dim=2 * c.linear_num_key_heads * c.linear_key_head_dim
+            + c.linear_num_value_heads * c.linear_value_head_dim,
+            conv_kernel=c.linear_conv_kernel_dim,
+            state_heads=c.linear_num_value_heads,
+            state_k=c.linear_key_head_dim,
+            state_v=c.linear_value_head_dim,
+        )
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        head = self.model.embed_tokens if self.config.tie_word_embeddings else self.lm_head
+        return F.linear(self.model.norm(hidden), head.weight).float()
+
+    @torch.no_grad()
+    def forward(self, batch: ForwardBatch, cache: KVCache) -> torch.Tensor:
+        """Float32 logits [R, vocab] of each row's last token. Writes the step's K/V through
+        slot_mapping and updates each row's state slot; a row with num_cached == 0 starts
+        from a zero state, any other row continues from its slot (chunked prefill, decode)."""
+        x = self.model.embed_tokens(batch.input_ids)
+        cos, sin = self.rotary(batch.positions)
+        for layer in self.model.layers:
+            x = layer(x, cos, sin, batch, cache)
+        return self._logits(x[batch.last_token_index])
+
+    @torch.no_grad()
+    def forward_full(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """Logits [L, vocab] of one sequence with no cache: the reference for the cached path."""
+        x = self.model.embed_tokens(input_ids)
+        cos, sin = self.rotary(torch.arange(input_ids.shape[0], device=input_ids.device))
+        for layer in self.model.layers:
+            x = layer.forward_full(x, cos, sin)
+        return self._logits(x)
+
+    @classmethod
+    def _empty(cls, config: Qwen35Config, dtype: torch.dtype, device) -> Qwen35ForCausalLM:
+        """Allocated but unfilled: building on meta skips torch's default init of 0.8B weights."""
+        with torch.device("meta"):
+            model = cls(config)
+        return model.to(dtype=dtype).to_empty(device=device).eval()
+
+    @classmethod
+    def from_preset(cls, preset: str, seed: int, dtype: torch.dtype, device) -> Qwen35ForCausalLM:
+        if preset not in PRESETS:
+            raise ValueError(f"unknown qwen35 preset {preset!r}; presets: {', '.join(PRESETS)}")
+        return cls.random(PRESETS[preset], seed, dtype, device)
+
+    @classmethod
+    def random(
+        cls, config: Qwen35Config, seed: int, dtype: torch.dtype, device
+    ) -> Qwen35ForCausalLM:
+        model = cls._empty(config, dtype, device)
+        with torch.no_grad():
+            for name, param in model.named_parameters():
+                param.copy_(_random_weight(name, tuple(param.shape), config, seed))
+        return model
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, dtype: torch.dtype, device) -> Qwen35ForCausalLM:
+        """A Hugging Face-format directory: config.json (+ generation_config.json) and
+        *.safetensors, possibly sharded; text-only or the multimodal checkpoint."""
+        root = Path(path)
+        if not (root / "config.json").is_file():
+            raise CheckpointError(f"{root} has no config.json")
+        generation = root / "generation_config.json"
+        config = Qwen35Config.from_hf(
+            json.loads((root / "config.json").read_text()),
+            json.loads(generation.read_text()) if generation.is_file() else None,
+        )
+        model = cls._empty(config, dtype, device)
+        _load_safetensors(model, sorted(root.glob("*.safetensors")))
+        return model
+
+
+def _random_weight(
+    name: str, shape: tuple[int, ...], config: Qwen35Config, seed: int
+) -> torch.Tensor:
+    """One parameter from its own generator, seeded by (seed, name): identical in every process
+    and independent of creation order. Scales keep activations O(1) through the depth."""
+    gen = torch.Generator().manual_seed(zlib.crc32(f"{seed}:{name}".encode()))
+    if name.endswith("A_log"):  # decay rates A in [1, 16], as Mamba2
+        return torch.empty(shape).uniform_(1.0, 16.0, generator=gen).log()
+    if name.endswith("dt_bias"):  # softplus(dt_bias) = dt, log-uniform in [1e-3, 1e-1]
+        dt = torch.empty(shape).uniform_(math.log(1e-3), math.log(1e-1), generator=gen).exp()
+        return dt + torch.log(-torch.expm1(-dt))
+    if name.endswith("linear_attn.norm.weight"):  # plain scale
+        return torch.ones(shape)
+    if name.endswith("norm.weight"):  # (1 + weight) scale
+        return torch.zeros(shape)
+    std = 0.02
+    if name.endswith("conv1d.weight"):  # 4 taps of O(1) weight keep the conv output O(1)
+        std = shape[-1] ** -0.5
+    elif name.endswith(("o_proj.weight", "out_proj.weight", "down_proj.weight")):
+        std = 0.02 / math.sqrt(2 * config.num_hidden_layers)  # residual writes, GPT-2 style
+    return torch.randn(shape, generator=gen) * std
+
+
+_IGNORED_PREFIXES = ("model.visual.", "visual.", "mtp.", "model.mtp.")
+
+
+def _our_name(key: str, config: Qwen35Config) -> str | None:
+    """Checkpoint name -> parameter name; None for tensors this text model does not use."""
+    if key.startswith(_IGNORED_PREFIXES) or (
+        key == "lm_head.weight" and config.tie_word_embeddings
+    ):
+        return None
+    if key.startswith("model.language_model."):
+        return "model." + key.removeprefix("model.language_model.")
+    return key
+
+
+def _load_safetensors(model: Qwen35ForCausalLM, files: list[Path]) -> None:
+    if not files:
+        raise CheckpointError("no *.safetensors files in the checkpoint directory")
+    params = dict(model.named_parameters())
+    loaded, unknown = set(), []
+    with torch.no_grad():
+        for file in files:
+            with safe_open(str(file), framework="pt") as f:
+                for key in f.keys():
+                    name = _our_name(key, model.config)
+                    if name is None:
+                        continue
+                    if name not in params:
+                        unknown.append(key)
+                        continue
+                    tensor = f.get_tensor(key)
+                    if tuple(tensor.shape) != tuple(params[name].shape):
+                        raise CheckpointError(
+                            f"{key} in {file.name} has shape {tuple(tensor.shape)}, "
+                            f"the model expects {tuple(params[name].shape)}"
+                        )
+                    params[name].copy_(tensor)
+                    loaded.add(name)
+    if unknown:
+        raise CheckpointError(
+            f"unknown tensors in the checkpoint: {', '.join(sorted(unknown)[:8])}"
+        )
+    missing = sorted(set(params) - loaded)
+    if missing:
+        raise CheckpointError(f"tensors missing from the checkpoint: {', '.join(missing[:8])}")

@@ -1,0 +1,142 @@
+"""The engine: model, cache and scheduler, stepped by the worker loop.
+
+`launch` runs one scheduled step (forward + sampling); `PendingStep.wait` is where the host
+waits for the device; `step_finished` appends the sampled tokens to their requests before
+the postprocess decides stops, so a request that stops on this step is up to date first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from engine.batch import ForwardBatch
+from engine.config import ConfigError, EngineConfig
+from engine.layers.sampler import SamplingParams, sample
+from engine.messages import AddRequest
+from engine.runtime.postprocess import StepOutput
+from engine.worker.kv_cache import KVCache
+from engine.worker.request import Request
+from engine.worker.scheduler import ScheduledRow, Scheduler
+
+
+@dataclass
+class PendingStep:
+    rows: list[ScheduledRow]
+    sampled: list[int]  # indices into rows of the rows that sampled a token
+    tokens: torch.Tensor  # device [S]
+    logprobs: torch.Tensor | None  # device [S] when any sampled row asked for log-probs
+
+    def wait(self) -> None:
+        if self.tokens.is_cuda:
+            torch.cuda.current_stream().synchronize()
+
+    def to_host(self) -> StepOutput:
+        """The stop check's host copy (the postprocess's `prematerialize`)."""
+        tokens = self.tokens.cpu().numpy().astype(np.int64, copy=False)
+        rows = [self.rows[i] for i in self.sampled]
+        return StepOutput(
+            rids=np.fromiter((r.request.rid for r in rows), dtype=np.int64, count=len(rows)),
+            row_walks=[r.walk for r in rows],
+            tokens=tokens,
+            logprobs=None if self.logprobs is None else self.logprobs.float().cpu().numpy(),
+            check_stop_buffers={"new_token": tokens},
+        )
+
+
+class Engine:
+    def __init__(self, model: torch.nn.Module, config: EngineConfig):
+        if config.max_tokens_per_step < config.max_rows:
+            raise ConfigError("engine.max_tokens_per_step must be >= engine.max_rows")
+        if config.kv_pages * config.page_size < config.max_model_len:
+            raise ConfigError("engine.kv_pages * page_size must hold one max_model_len request")
+        self.model = model
+        self.config = config
+        self.device = torch.device(config.device)
+        param = next(model.parameters())
+        self.cache = KVCache(
+            model.cache_shapes(),
+            config.kv_pages,
+            config.page_size,
+            config.state_slots,
+            param.dtype,
+            self.device,
+        )
+        self.scheduler = Scheduler(config, self.cache)
+        self.requests: dict[int, Request] = {}
+        self._arrivals = 0
+
+    def add_request(self, msg: AddRequest, prompt: list[int]) -> Request:
+        params = SamplingParams(msg.temperature, msg.top_p, msg.top_k, msg.seed, msg.logprobs)
+        request = Request(msg.rid, prompt, msg.max_tokens, msg.ignore_eos, params, self._arrivals)
+        self._arrivals += 1
+        self.requests[msg.rid] = request
+        self.scheduler.add(request)
+        return request
+
+    def remove_request(self, rid: int) -> Request | None:
+        self.requests.pop(rid, None)
+        return self.scheduler.remove(rid)
+
+    @torch.inference_mode()
+    def launch(self, rows: list[ScheduledRow]) -> PendingStep:
+        batch = self._batch(rows)
+        logits = self.model(batch, self.cache)
+        sampled = [i for i, row in enumerate(rows) if row.samples]
+        for row in rows:
+            row.request.num_cached += row.num_new
+        picked = [rows[i].request for i in sampled]
+        if not picked:  # every row was a prompt chunk that does not end its prompt
+            empty = torch.empty(0, dtype=torch.int64, device=self.device)
+            return PendingStep(rows, sampled, empty, None)
+        tokens, logprobs = sample(
+            logits[sampled], [r.sampling for r in picked], [r.num_output for r in picked]
+        )
+        want_logprobs = any(r.sampling.logprobs for r in picked)
+        return PendingStep(rows, sampled, tokens, logprobs if want_logprobs else None)
+
+    def step_finished(self, output: StepOutput) -> None:
+        for rid, token in zip(output.rids.tolist(), output.tokens.tolist(), strict=True):
+            self.requests[rid].tokens.append(token)
+
+    def _batch(self, rows: list[ScheduledRow]) -> ForwardBatch:
+        page_size = self.cache.page_size
+        ids, positions, slots, cu, tables = [], [], [], [0], []
+        for row in rows:
+            req = row.request
+            start, end = req.num_cached, req.num_cached + row.num_new
+            ids.extend(req.tokens[start:end])
+            pos = np.arange(start, end)
+            positions.append(pos)
+            pages = np.asarray(req.pages, dtype=np.int64)
+            slots.append(pages[pos // page_size] * page_size + pos % page_size)
+            cu.append(cu[-1] + row.num_new)
+            tables.append(req.pages[: self.cache.pages_for(end)])
+        width = max(len(t) for t in tables)
+        table = np.full((len(rows), width), -1, dtype=np.int32)
+        for i, pages in enumerate(tables):
+            table[i, : len(pages)] = pages
+        dev = self.device
+        return ForwardBatch(
+            input_ids=torch.tensor(ids, dtype=torch.int64, device=dev),
+            positions=torch.from_numpy(np.concatenate(positions)).to(dev),
+            cu_seqlens=torch.tensor(cu, dtype=torch.int64, device=dev),
+            num_cached=[r.request.num_cached for r in rows],
+            num_new=[r.num_new for r in rows],
+            page_table=torch.from_numpy(table).to(dev),
+            slot_mapping=torch.from_numpy(np.concatenate(slots)).to(dev),
+            state_slots=torch.tensor([r.request.slot for r in rows], dtype=torch.int64, device=dev),
+            is_decode=all(r.walk == "decode" for r in rows),
+        )
+
+    def pool_stats(self) -> dict[str, int]:
+        return {
+            "free_pages": self.cache.pages.num_free,
+            "total_pages": self.cache.pages.size,
+            "free_slots": self.cache.slots.num_free,
+            "total_slots": self.cache.slots.size,
+            "running": len(self.scheduler.running),
+            "waiting": len(self.scheduler.waiting),
+        }

@@ -1,0 +1,96 @@
+"""The paged KV pool and the recurrent-state slots, with their allocators.
+
+Full-attention layers keep K and V in pages of `page_size` tokens; a request owns a page
+table. Linear-attention (Gated DeltaNet) layers keep a fixed state per request: the causal
+conv window and the recurrent matrix, in one slot.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class CacheShapes:
+    num_full_layers: int
+    num_linear_layers: int
+    kv_heads: int
+    head_dim: int
+    conv_dim: int  # channels of the causal conv (q, k and v of a linear layer)
+    conv_kernel: int
+    state_heads: int  # value heads of a linear layer
+    state_k: int  # key head dim
+    state_v: int  # value head dim
+
+
+class FreeList:
+    """Fixed pool of integer ids; lowest ids first so runs are reproducible."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self._free = list(range(size - 1, -1, -1))
+
+    @property
+    def num_free(self) -> int:
+        return len(self._free)
+
+    def take(self, n: int) -> list[int]:
+        if n > len(self._free):
+            raise MemoryError(f"asked for {n} ids, {len(self._free)} free")
+        return [self._free.pop() for _ in range(n)]
+
+    def extend(self, start: int, stop: int) -> None:
+        """Add ids [start, stop) to the pool (they are taken after the current free ones)."""
+        self._free[:0] = range(stop - 1, start - 1, -1)
+        self.size += stop - start
+
+    def give(self, ids: list[int]) -> None:
+        self._free.extend(reversed(ids))
+        if len(self._free) > self.size:
+            raise AssertionError("an id was freed twice")
+
+
+class KVCache:
+    """Device tensors of the cache plus allocators for pages and state slots."""
+
+    def __init__(
+        self,
+        shapes: CacheShapes,
+        num_pages: int,
+        page_size: int,
+        num_slots: int,
+        dtype: torch.dtype,
+        device: torch.device | str,
+    ):
+        self.shapes = shapes
+        self.page_size = page_size
+        self.pages = FreeList(num_pages)
+        self.slots = FreeList(num_slots)
+        kv = (num_pages, page_size, shapes.kv_heads, shapes.head_dim)
+        self.k = [
+            torch.zeros(kv, dtype=dtype, device=device) for _ in range(shapes.num_full_layers)
+        ]
+        self.v = [
+            torch.zeros(kv, dtype=dtype, device=device) for _ in range(shapes.num_full_layers)
+        ]
+        conv = (num_slots, shapes.conv_dim, shapes.conv_kernel - 1)
+        rec = (num_slots, shapes.state_heads, shapes.state_k, shapes.state_v)
+        self.conv_state = [
+            torch.zeros(conv, dtype=dtype, device=device) for _ in range(shapes.num_linear_layers)
+        ]
+        # The recurrent state accumulates over thousands of steps: keep it in fp32.
+        self.ssm_state = [
+            torch.zeros(rec, dtype=torch.float32, device=device)
+            for _ in range(shapes.num_linear_layers)
+        ]
+
+    def pages_for(self, num_tokens: int) -> int:
+        return -(-num_tokens // self.page_size)
+
+    def reset_slot(self, slot: int) -> None:
+        """A new request starts from a zero state."""
+        for conv, rec in zip(self.conv_state, self.ssm_state, strict=True):
+            conv[slot].zero_()
+            rec[slot].zero_()

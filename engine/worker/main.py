@@ -1,0 +1,146 @@
+"""The worker process: builds the model and engine, then runs the loop over ZMQ.
+
+Started by the API server as `python -m engine.worker.main --scenario-json ... --ipc-dir ...`
+(a fresh interpreter: nothing is pickled across the boundary). It exits on a Shutdown
+message, on SIGTERM, or when its parent dies.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import logging
+import os
+import signal
+import sys
+
+import msgspec
+import zmq
+
+from engine import env
+from engine.config import EngineConfig, ModelSpec
+from engine.messages import Ready, Shutdown, decode_to_worker, encode
+from engine.models import build_model
+from engine.models.nodes import build_node
+from engine.worker.engine import Engine
+from engine.worker.timing import PhaseTimer, jsonl_sink, zmq_sink
+from engine.worker.worker import Worker
+
+log = logging.getLogger("engine.worker")
+
+
+def _die_with_parent() -> None:
+    """Linux: SIGTERM this process when the API server dies, so no worker is orphaned."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def _sinks(ctx: zmq.Context, server: str) -> list:
+    sinks = []
+    if addr := env.SPAN_ADDR.raw():
+        pub = ctx.socket(zmq.PUB)
+        pub.setsockopt(zmq.LINGER, 2000)
+        pub.connect(addr)
+        sinks.append(zmq_sink(pub))
+    if path := env.SPAN_FILE.raw():
+        sinks.append(jsonl_sink(path))
+    return sinks
+
+
+def run(model_spec: ModelSpec, config: EngineConfig, ipc_dir: str, server: str, size: str) -> None:
+    period = env.phase_timing_period()
+    model = build_model(
+        model_spec.arch,
+        model_spec.preset,
+        model_spec.seed,
+        config.dtype,
+        config.device,
+        path=model_spec.path,
+    )
+    node = build_node(model_spec.arch, model, model_spec.eos_token_ids)
+    engine = Engine(model, config)
+
+    ctx = zmq.Context()
+    inbox = ctx.socket(zmq.PULL)
+    inbox.bind(f"ipc://{ipc_dir}/to_worker")
+    outbox = ctx.socket(zmq.PUSH)
+    outbox.setsockopt(zmq.LINGER, 1000)
+    outbox.connect(f"ipc://{ipc_dir}/from_worker")
+    timer = PhaseTimer(period, server, _sinks(ctx, server))
+
+    def send(msg: msgspec.Struct) -> None:
+        outbox.send(encode(msg))
+
+    worker = Worker(
+        engine,
+        node,
+        timer,
+        send,
+        runtime_stops=config.runtime_stops,
+        planted_delay_us=config.planted_delay_us,
+    )
+    send(
+        Ready(
+            model=model_spec.arch,
+            size=size,
+            device=str(engine.device),
+            parameters=model.num_parameters(),
+            vocab_size=model.config.vocab_size,
+            max_model_len=config.max_model_len,
+            eos_token_ids=list(node.eos_token_ids),
+        )
+    )
+    poller = zmq.Poller()
+    poller.register(inbox, zmq.POLLIN)
+    parent = os.getppid()
+    while True:
+        busy = engine.scheduler.has_work()
+        if not busy and not poller.poll(timeout=200):
+            if os.getppid() != parent:
+                break
+            continue
+        stop = False
+        while True:
+            try:
+                data = inbox.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            msg = decode_to_worker(data)
+            if isinstance(msg, Shutdown):
+                stop = True
+                break
+            worker.handle(msg)
+        if stop:
+            break
+        worker.iteration()
+    timer.flush()
+    inbox.close(0)
+    outbox.close()
+    ctx.term()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="engine.worker.main")
+    parser.add_argument("--spec", required=True, help="JSON: {model, engine, size}")
+    parser.add_argument("--ipc-dir", required=True)
+    parser.add_argument("--server-id", required=True)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s worker %(levelname)s %(message)s")
+    _die_with_parent()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    spec = json.loads(args.spec)
+    run(
+        ModelSpec(**spec["model"]),
+        EngineConfig(**spec["engine"]),
+        args.ipc_dir,
+        args.server_id,
+        spec["size"],
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,92 @@
+"""Continuous batching: who runs in the next step, and how many tokens each.
+
+Requests join between steps. Admission is oldest first and reserves the request's whole
+page budget and a state slot, so a request that does not fit waits rather than failing,
+and a younger request never overtakes an older one (no starvation). With `mixing` off a
+step is all prefill or all decode; with it on, prefill chunks fill the decode step's
+leftover token budget.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from engine.config import EngineConfig
+from engine.worker.kv_cache import KVCache
+from engine.worker.request import Request
+
+
+@dataclass
+class ScheduledRow:
+    request: Request
+    num_new: int
+    walk: str  # "prefill" or "decode"
+
+    @property
+    def samples(self) -> bool:
+        """The row ends a prompt (or is a decode row), so the step samples a token for it."""
+        return self.request.num_cached + self.num_new == len(self.request.tokens)
+
+
+class Scheduler:
+    def __init__(self, config: EngineConfig, cache: KVCache):
+        self.config = config
+        self.cache = cache
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+
+    def add(self, request: Request) -> None:
+        self.waiting.append(request)
+
+    def remove(self, rid: int) -> Request | None:
+        """Take a request out (finished or aborted) and free its pages and slot."""
+        for queue in (self.running, self.waiting):
+            for i, request in enumerate(queue):
+                if request.rid == rid:
+                    del queue[i]
+                    self._free(request)
+                    return request
+        return None
+
+    def has_work(self) -> bool:
+        return bool(self.running or self.waiting)
+
+    def schedule(self) -> list[ScheduledRow]:
+        self._admit()
+        tokens_left = self.config.max_tokens_per_step
+        decode = [r for r in self.running if r.prefill_done]
+        prefill = [r for r in self.running if not r.prefill_done]
+        rows: list[ScheduledRow] = []
+        if decode and (self.config.mixing or not prefill):
+            rows = [ScheduledRow(r, 1, "decode") for r in decode]
+            tokens_left -= len(rows)
+            if not self.config.mixing:
+                return rows
+        for request in prefill:  # oldest first: running keeps admission order
+            if tokens_left <= 0:
+                break
+            chunk = min(request.pending, tokens_left)
+            rows.append(ScheduledRow(request, chunk, "prefill"))
+            tokens_left -= chunk
+        return rows
+
+    def _admit(self) -> None:
+        while self.waiting and len(self.running) < self.config.max_rows:
+            request = self.waiting[0]
+            pages = self.cache.pages_for(request.reserved_tokens)
+            if pages > self.cache.pages.num_free or self.cache.slots.num_free == 0:
+                return  # the oldest waits for memory; nobody overtakes it
+            self.waiting.popleft()
+            request.pages = self.cache.pages.take(pages)
+            request.slot = self.cache.slots.take(1)[0]
+            self.cache.reset_slot(request.slot)
+            self.running.append(request)
+
+    def _free(self, request: Request) -> None:
+        if request.pages:
+            self.cache.pages.give(request.pages)
+            request.pages = []
+        if request.slot is not None:
+            self.cache.slots.give([request.slot])
+            request.slot = None

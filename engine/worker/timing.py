@@ -1,0 +1,111 @@
+"""Phase timing: spans and counts gathered per window of `period` worker iterations.
+
+Off unless BENCH_PHASE_TIMING holds a period; when off the worker's hot path checks one
+boolean per site and does nothing else (benchmarks/bench_timing_overhead.py shows the
+cost). Every `period` iterations one record per span name is emitted (docs/SPANS.md).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+
+import msgspec
+import numpy as np
+
+now_ns = time.perf_counter_ns
+
+
+class SpanWindowRecord(msgspec.Struct):
+    server: str
+    name: str
+    kind: str  # "span" (values in ns) or "count"
+    first_iter: int
+    last_iter: int
+    iterations: int
+    mean_batch: float
+    n: int
+    sum: float
+    p50: float
+    p95: float
+    max: float
+
+
+class PhaseTimer:
+    def __init__(self, period: int, server: str, sinks: list):
+        self.enabled = period > 0
+        self.period = period
+        self.server = server
+        self.sinks = sinks
+        self.iteration = 0
+        self._first_iter = 1
+        self._rows = 0
+        self._spans: dict[str, list[int]] = defaultdict(list)
+        self._counts: dict[str, list[int]] = defaultdict(list)
+
+    def span(self, name: str, ns: int) -> None:
+        self._spans[name].append(ns)
+
+    def count(self, name: str, value: int) -> None:
+        self._counts[name].append(value)
+
+    def end_iteration(self, rows: int) -> None:
+        self.iteration += 1
+        self._rows += rows
+        if self.iteration - self._first_iter + 1 >= self.period:
+            self.flush()
+
+    def records(self) -> list[SpanWindowRecord]:
+        iterations = self.iteration - self._first_iter + 1
+        mean_batch = self._rows / iterations if iterations else 0.0
+        out = []
+        for kind, table in (("span", self._spans), ("count", self._counts)):
+            for name, values in sorted(table.items()):
+                arr = np.asarray(values, dtype=np.float64)
+                p50, p95 = np.percentile(arr, [50, 95])
+                out.append(
+                    SpanWindowRecord(
+                        self.server,
+                        name,
+                        kind,
+                        self._first_iter,
+                        self.iteration,
+                        iterations,
+                        mean_batch,
+                        len(arr),
+                        float(arr.sum()),
+                        float(p50),
+                        float(p95),
+                        float(arr.max()),
+                    )
+                )
+        return out
+
+    def flush(self) -> None:
+        if self.iteration >= self._first_iter:
+            records = self.records()
+            for sink in self.sinks:
+                sink(records)
+        self._spans.clear()
+        self._counts.clear()
+        self._rows = 0
+        self._first_iter = self.iteration + 1
+
+
+def jsonl_sink(path: str):
+    handle = open(path, "ab", buffering=0)  # noqa: SIM115 - lives as long as the worker
+    encoder = msgspec.json.Encoder()
+
+    def write(records: list[SpanWindowRecord]) -> None:
+        handle.write(b"".join(encoder.encode(r) + b"\n" for r in records))
+
+    return write
+
+
+def zmq_sink(socket):
+    encoder = msgspec.json.Encoder()
+
+    def publish(records: list[SpanWindowRecord]) -> None:
+        socket.send_multipart([b"spans", encoder.encode(records)])
+
+    return publish

@@ -1,0 +1,202 @@
+"""The worker loop: messages in, schedule, step the model, phased postprocess, frames out.
+
+One iteration: handle the messages that arrived, schedule, launch the step, wait for it,
+then postprocess it as one begin/resume loop with a handler per break. Phase timing
+(timing.py) wraps each stage when on; when off each site costs one boolean check.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from engine.messages import Abort, AddRequest, GetStats, StepFrames, TokenFrame, WorkerStats
+from engine.models.qwen35_node import stop_rows
+from engine.runtime.graph import NodeSubmodule, StopCheck
+from engine.runtime.postprocess import (
+    Break,
+    PhasedPostprocess,
+    PostprocessNeed,
+    PostprocessRequest,
+    SendInput,
+    StepOutput,
+)
+from engine.runtime.runtime import GraphRuntime
+from engine.worker.engine import Engine, PendingStep
+from engine.worker.timing import PhaseTimer, now_ns
+
+log = logging.getLogger("engine.worker")
+
+
+class Worker:
+    def __init__(
+        self,
+        engine: Engine,
+        node: NodeSubmodule,
+        timer: PhaseTimer,
+        send: Callable[[object], None],
+        runtime_stops: bool = True,
+        planted_delay_us: int = 0,
+    ):
+        self.engine = engine
+        self.node = node
+        self.timer = timer
+        self.send = send
+        self.runtime_stops = runtime_stops
+        self.planted_delay_s = planted_delay_us / 1e6
+        self.runtime = GraphRuntime(node.graph, capacity=engine.config.state_slots * 2)
+        for walk in node.graph.walks:  # declared once, at startup
+            self.runtime.declare_stop_policies(walk, node.get_stop_policies(walk))
+        self.postprocess = PhasedPostprocess(self.runtime)
+
+    # --- messages ------------------------------------------------------------------------
+    def handle(self, msg: object) -> None:
+        timing = self.timer.enabled
+        t0 = now_ns() if timing else 0
+        if isinstance(msg, AddRequest):
+            self._add_request(msg)
+        elif isinstance(msg, Abort):
+            if self.runtime.has_request(msg.rid):
+                self._remove_request(msg.rid)
+                self.send(StepFrames([TokenFrame(msg.rid, [], finish_reason="abort")]))
+        elif isinstance(msg, GetStats):
+            self.send(WorkerStats(**self.engine.pool_stats()))
+        if timing:
+            self.timer.span(f"worker.msg.{type(msg).__struct_config__.tag}", now_ns() - t0)
+
+    def _add_request(self, msg: AddRequest) -> None:
+        timing = self.timer.enabled
+        t0 = now_ns() if timing else 0
+        prompt = list(msg.prompt)  # the engine's own copy of the prompt
+        t1 = now_ns() if timing else 0
+        self.engine.add_request(msg, prompt)
+        t2 = now_ns() if timing else 0
+        handle = self.runtime.add_request(msg.rid)
+        for walk, limits in self.node.stop_limits(msg.max_tokens, msg.ignore_eos).items():
+            self.runtime.register_limits(handle, walk, limits)
+        if timing:
+            t3 = now_ns()
+            self.timer.span("worker.msg.add_request.read_prompt", t1 - t0)
+            self.timer.span("worker.msg.add_request.engine", t2 - t1)
+            self.timer.span("worker.msg.add_request.runtime", t3 - t2)
+
+    def _remove_request(self, rid: int) -> None:
+        timing = self.timer.enabled
+        t0 = now_ns() if timing else 0
+        self.engine.remove_request(rid)
+        self.runtime.remove_request(rid)
+        t1 = now_ns() if timing else 0
+        log.debug("request %d removed", rid)
+        if timing:
+            t2 = now_ns()
+            self.timer.span("worker.msg.remove_request", t2 - t0)
+            self.timer.span("worker.msg.remove_request.engine", t1 - t0)
+            self.timer.span("worker.msg.remove_request.log", t2 - t1)
+
+    # --- one iteration -------------------------------------------------------------------
+    def iteration(self) -> bool:
+        """Run one step if there is work; False when idle."""
+        if not self.engine.scheduler.has_work():
+            return False
+        timing = self.timer.enabled
+        t0 = now_ns() if timing else 0
+        rows = self.engine.scheduler.schedule()
+        t1 = now_ns() if timing else 0
+        if not rows:
+            return False
+        pending = self.engine.launch(rows)
+        t2 = now_ns() if timing else 0
+        self._postprocess_batch(pending)
+        if timing:
+            t3 = now_ns()
+            self.timer.span("worker.step.schedule", t1 - t0)
+            self.timer.span("worker.step.forward", t2 - t1)
+            self.timer.span("worker.postprocess_batch", t3 - t2)
+            self.timer.span("worker.iter_total", t3 - t0)
+            self.timer.count("worker.rows_per_step", len(rows))
+            self.timer.count("worker.tokens_per_step", sum(r.num_new for r in rows))
+            self.timer.count("worker.running_requests", len(self.engine.scheduler.running))
+            self.timer.end_iteration(len(rows))
+        return True
+
+    def _postprocess_batch(self, pending: PendingStep) -> None:
+        timing = self.timer.enabled
+        t0 = now_ns() if timing else 0
+        pending.wait()  # the step's completion
+        t1 = now_ns() if timing else 0
+        out = pending.to_host()  # prematerialize: the stop check's host copy
+        if timing:
+            self.timer.span("worker.step.completion_wait", t1 - t0)
+            self.timer.span("worker.postprocess.prematerialize", now_ns() - t1)
+        if len(out.rids) == 0:
+            return
+        self.engine.step_finished(out)
+        runtime_stops = self.runtime_stops and self._runtime_can_check(out)
+        stops = None
+        if not runtime_stops:  # the model decides before the runtime begins; final
+            t = now_ns() if timing else 0
+            stops = self._check_stop(out, np.arange(len(out.rids)))
+            if timing:
+                self.timer.span("worker.postprocess.check_stop", now_ns() - t)
+        t = now_ns() if timing else 0
+        brk = self.postprocess.begin(PostprocessRequest(out, runtime_stops, stops))
+        while brk.need is not PostprocessNeed.DONE:
+            if timing:
+                self.timer.span("worker.postprocess.runtime", now_ns() - t)
+            answer = self._handle_break(brk)
+            t = now_ns() if timing else 0
+            brk = self.postprocess.resume(answer)
+        t_tail = now_ns() if timing else 0
+        if timing:
+            self.timer.span("worker.postprocess.runtime", t_tail - t)
+        result = brk.result
+        if self.planted_delay_s:  # bench power's known slowdown, inside the postprocess work
+            _spin(self.planted_delay_s)
+        self.send(StepFrames(result.frames))
+        for rid in result.finished + result.failed:
+            self._remove_request(rid)
+        if timing:
+            self.timer.span("worker.postprocess.tail", now_ns() - t_tail)
+
+    def _handle_break(self, brk: Break) -> object:
+        timing = self.timer.enabled
+        t = now_ns() if timing else 0
+        if brk.need is PostprocessNeed.STOPS:
+            answer, name = self._check_stop(brk.output, brk.rows), "check_stop"
+        elif brk.need is PostprocessNeed.STORE:
+            answer, name = brk.output.logprobs[brk.rows], "store_tensors"
+        else:
+            requests = self.engine.requests
+            rids = brk.plan.finished + brk.plan.failed
+            answer = SendInput({rid: len(requests[rid].prompt) for rid in rids})
+            name = "send_prep"
+        if timing:
+            self.timer.span(f"worker.postprocess.{name}", now_ns() - t)
+        return answer
+
+    def _runtime_can_check(self, out: StepOutput) -> bool:
+        walk = out.walk
+        return walk is not None and self.runtime.policy_for(walk) is not None
+
+    def _check_stop(self, out: StepOutput, rows: np.ndarray) -> StopCheck:
+        reqs = [self.engine.requests[int(out.rids[i])] for i in rows]
+        return self.node.check_stop(
+            stop_rows(
+                out.rids[rows],
+                [out.row_walks[i] for i in rows],
+                out.tokens[rows],
+                [r.num_output for r in reqs],
+                [r.max_tokens for r in reqs],
+                [r.ignore_eos for r in reqs],
+            )
+        )
+
+
+def _spin(seconds: float) -> None:
+    """Busy-wait: the planted slowdown must cost CPU time like real work, not sleep."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass

@@ -1,0 +1,1 @@
+"""The `bench` harness: run arms against fresh servers, collect facts, compare, report."""

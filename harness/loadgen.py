@@ -1,0 +1,422 @@
+"""Closed-loop load generator: exactly C requests in flight; each completion sends the next.
+
+C lanes (coroutines) share one request sequence: a lane sends a request, reads its stream to the
+end, then takes the next index. It records raw client facts (`RequestRecord`) and the
+steady-state window, and computes no metric. Times are seconds on `time.perf_counter()`
+relative to the load start (`LoadResult.t0_perf`, CLOCK_MONOTONIC on Linux, so comparable with
+other processes' clocks; `t0_unix` anchors it to wall time).
+
+Steady window: from the later of (all C lanes busy, the last warmup request completed) to the
+first moment fewer than C requests are in flight (the first completion that finds the sequence
+exhausted: the drain begins) or the interruption, whichever comes first. Throughout it, exactly
+C requests are in flight and none of them is a warmup request.
+
+For more lanes than one process sustains, `shards=N` runs N processes, each an event loop over
+its share of the lanes, all taking indices from one shared counter; results are merged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing as mp
+import signal
+import time
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass
+
+import aiohttp
+import msgspec
+import numpy as np
+
+from harness.records import RequestRecord
+
+FAILURES = (aiohttp.ClientError, TimeoutError, OSError, msgspec.DecodeError)
+
+
+@dataclass(frozen=True)
+class RequestSpec:
+    index: int  # position in the sequence (the same for every arm)
+    prompt: list[int]  # token ids
+    max_tokens: int
+
+
+@dataclass(frozen=True)
+class Labels:
+    arm: str = "A"
+    block: int = 0
+    slot: int = 0
+
+
+@dataclass(frozen=True)
+class Progress:
+    sent: int
+    done: int
+    failed: int
+    tokens: int
+    elapsed_s: float
+
+    @property
+    def in_flight(self) -> int:
+        return self.sent - self.done
+
+
+@dataclass
+class LoadResult:
+    records: list[RequestRecord]  # in sequence order
+    concurrency: int
+    shards: int
+    t0_perf: float  # perf_counter() at time zero
+    t0_unix: float  # wall time at time zero
+    steady_start_s: float | None  # None when the run never reached a steady state
+    steady_end_s: float | None
+    interrupted: bool
+    client_cpu_s: float  # CPU time of the client's process(es) during the load
+
+
+def build_requests(load, vocab_size: int, count: int, seed: int | None = None) -> list[RequestSpec]:
+    """`count` requests drawn from `load` (prompt_tokens, output_tokens: inclusive ranges; seed).
+
+    Drawn one request at a time from one generator, so a longer sequence extends a shorter one.
+    """
+    rng = np.random.default_rng(load.seed if seed is None else seed)
+    (p_lo, p_hi), (o_lo, o_hi) = load.prompt_tokens, load.output_tokens
+    specs = []
+    for index in range(count):
+        prompt_len = int(rng.integers(p_lo, p_hi + 1))
+        max_tokens = int(rng.integers(o_lo, o_hi + 1))
+        prompt = rng.integers(0, vocab_size, prompt_len).tolist()
+        specs.append(RequestSpec(index, prompt, max_tokens))
+    return specs
+
+
+def run_loop(coro: Coroutine):
+    """Run a coroutine on uvloop where available."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(coro)
+    return uvloop.run(coro)
+
+
+async def run_closed_loop(
+    url: str,
+    requests: Sequence[RequestSpec],
+    concurrency: int,
+    warmup: int = 0,
+    labels: Labels = Labels(),
+    on_progress: Callable[[Progress], None] | None = None,
+    stop_event: asyncio.Event | None = None,
+    *,
+    model: str | None = None,
+    shards: int = 1,
+    request_timeout_s: float = 600.0,
+    progress_interval_s: float = 0.25,
+) -> LoadResult:
+    """Drive `url` (base URL or a /v1/completions endpoint) with `requests`, C in flight.
+
+    `on_progress` runs every `progress_interval_s`, never inside the per-token loop. Setting
+    `stop_event` stops sending; requests in flight are cut and recorded as "interrupted".
+    Failed requests (non-200, connection errors, timeouts, broken streams) become records with
+    an error; nothing is raised for them.
+    """
+    endpoint = (
+        url if url.rstrip("/").endswith("/completions") else url.rstrip("/") + "/v1/completions"
+    )
+    job = _Job(endpoint, [_body(r, model) for r in requests], [len(r.prompt) for r in requests],
+               [r.max_tokens for r in requests], concurrency, warmup,
+               (labels.arm, labels.block, labels.slot), request_timeout_s)  # fmt: skip
+    stop_event = stop_event or asyncio.Event()
+    if shards > 1:
+        return await _run_sharded(job, shards, on_progress, stop_event, progress_interval_s)
+    sequence = iter(range(len(requests)))
+    shard = _Shard(job, concurrency, time.perf_counter(), lambda: next(sequence, None))
+    t0_unix, cpu = time.time(), time.process_time()
+
+    def tick() -> None:
+        if on_progress is not None:
+            on_progress(shard.progress())
+
+    await shard.run(stop_event, tick, progress_interval_s)
+    return _result(job, [shard.summary(time.process_time() - cpu)], shard.t0, t0_unix, 1)
+
+
+class _Job(msgspec.Struct, array_like=True):
+    """Everything a shard needs, sent to shard processes as msgpack."""
+
+    endpoint: str
+    bodies: list[bytes]
+    prompt_tokens: list[int]
+    max_tokens: list[int]
+    concurrency: int
+    warmup: int
+    labels: tuple[str, int, int]
+    timeout_s: float
+
+
+class _Summary(msgspec.Struct, array_like=True):
+    records: list[RequestRecord]
+    ramp_s: float | None  # when all of this shard's lanes were first busy
+    warmup_done_s: float | None  # the last warmup completion this shard saw
+    drain_s: float | None  # the first completion that found the sequence exhausted
+    stopped_s: float | None
+    cpu_s: float
+
+
+def _body(spec: RequestSpec, model: str | None) -> bytes:
+    body = {"prompt": spec.prompt, "max_tokens": spec.max_tokens, "ignore_eos": True,
+            "temperature": 0.0, "stream": True, "stream_options": {"include_usage": True}}  # fmt: skip
+    if model is not None:
+        body["model"] = model
+    return msgspec.json.encode(body)
+
+
+class _Shard:
+    """One event loop's lanes. `take()` gives the next index of the sequence, or None."""
+
+    def __init__(self, job: _Job, lanes: int, t0: float, take: Callable[[], int | None]):
+        self.job, self.lanes, self.t0, self.take = job, lanes, t0, take
+        self.records: list[RequestRecord] = []
+        self.sent = self.done = self.failed = self.tokens = 0
+        self.ramp_s = self.warmup_done_s = self.drain_s = self.stopped_s = None
+
+    def progress(self) -> Progress:
+        elapsed = time.perf_counter() - self.t0
+        return Progress(self.sent, self.done, self.failed, self.tokens, elapsed)
+
+    def summary(self, cpu_s: float) -> _Summary:
+        return _Summary(
+            self.records, self.ramp_s, self.warmup_done_s, self.drain_s, self.stopped_s, cpu_s
+        )
+
+    async def run(self, stop: asyncio.Event, tick: Callable[[], None], interval_s: float) -> None:
+        connector = aiohttp.TCPConnector(limit=self.lanes, limit_per_host=0)
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=self.job.timeout_s)
+        async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+            await asyncio.sleep(self.t0 - time.perf_counter())  # shards start together
+            lanes = asyncio.gather(*(self._lane(session) for _ in range(self.lanes)))
+            ticker = asyncio.create_task(_every(interval_s, tick))
+            stopper = asyncio.create_task(stop.wait())
+            await asyncio.wait([lanes, stopper], return_when=asyncio.FIRST_COMPLETED)
+            if stopper.done():
+                self.stopped_s = time.perf_counter() - self.t0
+                lanes.cancel()
+            await asyncio.gather(lanes, return_exceptions=True)
+            stopper.cancel()
+            ticker.cancel()
+            tick()
+
+    async def _lane(self, session: aiohttp.ClientSession) -> None:
+        intended = 0.0  # the lane is free from the load's start
+        while (index := self.take()) is not None:
+            intended = await self._request(session, index, intended)
+        if self.drain_s is None:
+            self.drain_s = intended
+
+    async def _request(self, session: aiohttp.ClientSession, index: int, intended: float) -> float:
+        job, t0 = self.job, self.t0
+        rec = RequestRecord(*job.labels, index, index < job.warmup, job.prompt_tokens[index],
+                            job.max_tokens[index], intended, 0.0)  # fmt: skip
+        self.sent += 1
+        if self.ramp_s is None and self.sent - self.done == self.lanes:
+            self.ramp_s = time.perf_counter() - t0
+        headers = {"Content-Type": "application/json", "X-Request-Id": str(index)}
+        rec.send_s = time.perf_counter() - t0
+        try:
+            async with session.post(job.endpoint, data=job.bodies[index], headers=headers) as resp:
+                rec.status = resp.status
+                if resp.status == 200:
+                    await self._read_stream(resp, rec)
+                else:
+                    text = (await resp.read())[:200].decode(errors="replace")
+                    rec.error = f"HTTP {resp.status}: {text}"
+        except asyncio.CancelledError:
+            rec.error = "interrupted"
+            raise
+        except FAILURES as e:
+            rec.error = f"{type(e).__name__}: {e}".removesuffix(": ")
+        finally:
+            if rec.end_s is None or rec.error is not None:
+                rec.end_s = time.perf_counter() - t0
+            self.done += 1
+            self.failed += not rec.ok
+            self.records.append(rec)
+            if rec.warmup:
+                self.warmup_done_s = max(self.warmup_done_s or 0.0, rec.end_s)
+        return rec.end_s
+
+    async def _read_stream(self, resp: aiohttp.ClientResponse, rec: RequestRecord) -> None:
+        """Count tokens per SSE event as chunks arrive; every token of a chunk gets its time."""
+        t0, times, tail, done, usage = self.t0, rec.token_times_s, b"", False, None
+        async for chunk in resp.content.iter_any():
+            now = time.perf_counter() - t0
+            chunk = tail + chunk if tail else chunk
+            if b"\r" in chunk:
+                chunk = chunk.replace(b"\r\n", b"\n")
+            *events, tail = chunk.split(b"\n\n")
+            before = len(times)
+            for raw in events:
+                data = _sse_data(raw)
+                if data is None:
+                    continue
+                if data == b"[DONE]":
+                    done = True
+                    continue
+                event = _decode_event(data)
+                if event.error is not None:
+                    rec.error = f"stream error: {event.error}"[:300]
+                if event.usage is not None and event.usage.completion_tokens is not None:
+                    usage = event.usage.completion_tokens
+                if event.choices:
+                    choice = event.choices[0]
+                    n = len(choice.token_ids) if choice.token_ids else int(bool(choice.text))
+                    times.extend([now] * n)
+                    rec.finish_reason = choice.finish_reason or rec.finish_reason
+            self.tokens += len(times) - before
+        rec.end_s = time.perf_counter() - t0
+        rec.first_token_s = times[0] if times else None
+        rec.output_tokens = len(times) if usage is None else usage
+        if not done and rec.error is None:
+            rec.error = "stream ended before [DONE]"
+
+
+class _Choice(msgspec.Struct):
+    text: str = ""
+    token_ids: list[int] | None = None
+    finish_reason: str | None = None
+
+
+class _Usage(msgspec.Struct):
+    completion_tokens: int | None = None
+
+
+class _Event(msgspec.Struct):
+    """The few fields of a completion event the client reads; the decoder skips the rest."""
+
+    choices: list[_Choice] = []
+    usage: _Usage | None = None
+    error: object = None
+
+
+_decode_event = msgspec.json.Decoder(_Event).decode
+
+
+def _sse_data(raw: bytes) -> bytes | None:
+    """The data of one SSE event (None for comments and events without data)."""
+    if raw.startswith(b"data:") and b"\n" not in raw:
+        return raw[5:].strip()
+    lines = [line[5:].strip() for line in raw.split(b"\n") if line.startswith(b"data:")]
+    return b"\n".join(lines) if lines else None
+
+
+async def _every(interval_s: float, tick: Callable[[], None]) -> None:
+    while True:
+        await asyncio.sleep(interval_s)
+        tick()
+
+
+def _result(
+    job: _Job, parts: list[_Summary], t0_perf: float, t0_unix: float, shards: int
+) -> LoadResult:
+    """Merge the shards: the window starts when every shard is steady, ends at the first drain."""
+    ramp = [p.ramp_s for p in parts]
+    start = None if None in ramp else max(ramp)
+    if job.warmup > 0 and start is not None:
+        done = [p.warmup_done_s for p in parts if p.warmup_done_s is not None]
+        start = max([start, *done]) if done else None
+    ends = [s for p in parts for s in (p.drain_s, p.stopped_s) if s is not None]
+    end = min(ends) if ends else None
+    if start is None or end is None or start >= end:
+        start = end = None
+    records = sorted((r for p in parts for r in p.records), key=lambda r: r.index)
+    interrupted = any(p.stopped_s is not None for p in parts)
+    cpu = sum(p.cpu_s for p in parts)
+    return LoadResult(
+        records, job.concurrency, shards, t0_perf, t0_unix, start, end, interrupted, cpu
+    )
+
+
+async def _run_sharded(
+    job: _Job, shards: int, on_progress, stop_event: asyncio.Event, interval_s: float
+) -> LoadResult:
+    ctx = mp.get_context("spawn")
+    counter, t0 = ctx.Value("q", 0), ctx.Value("d", 0.0, lock=False)
+    go, stop = ctx.Event(), ctx.Event()
+    counts = ctx.Array("q", 4 * shards, lock=False)  # sent, done, failed, tokens per shard
+    pipes, procs = [], []
+    for k in range(shards):
+        lanes = job.concurrency // shards + (k < job.concurrency % shards)
+        receiver, sender = ctx.Pipe(duplex=False)
+        args = (
+            msgspec.msgpack.encode(job),
+            lanes,
+            k,
+            sender,
+            counter,
+            t0,
+            go,
+            stop,
+            counts,
+            interval_s,
+        )
+        procs.append(ctx.Process(target=_shard_main, args=args, daemon=True))
+        procs[-1].start()
+        pipes.append(receiver)
+    loop = asyncio.get_running_loop()
+    try:
+        for pipe in pipes:  # each shard says it is ready
+            await loop.run_in_executor(None, pipe.recv_bytes)
+        t0.value = time.perf_counter() + 0.05
+        t0_unix = time.time() + (t0.value - time.perf_counter())
+        go.set()
+
+        def tick() -> None:
+            if stop_event.is_set():
+                stop.set()
+            if on_progress is not None:
+                c = counts[:]
+                totals = [sum(c[i::4]) for i in range(4)]
+                on_progress(Progress(*totals, time.perf_counter() - t0.value))
+
+        ticker = asyncio.create_task(_every(interval_s, tick))
+        blobs = await asyncio.gather(*(loop.run_in_executor(None, p.recv_bytes) for p in pipes))
+        ticker.cancel()
+        tick()
+    except EOFError:
+        raise RuntimeError("a load-generator shard process died; see its traceback above") from None
+    finally:
+        for p in procs:
+            p.join(timeout=5)
+    parts = [msgspec.msgpack.decode(b, type=_Summary) for b in blobs]
+    return _result(job, parts, t0.value, t0_unix, shards)
+
+
+def _shard_main(job_blob, lanes, k, sender, counter, t0, go, stop, counts, interval_s) -> None:
+    """A shard process: its lanes on its own event loop; the summary goes back as msgpack."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
+    job = msgspec.msgpack.decode(job_blob, type=_Job)
+    total = len(job.bodies)
+
+    def take() -> int | None:
+        with counter.get_lock():
+            index = counter.value
+            if index >= total:
+                return None
+            counter.value = index + 1
+        return index
+
+    sender.send_bytes(b"ready")
+    go.wait()
+    cpu = time.process_time()
+
+    async def main() -> _Summary:
+        shard, local_stop = _Shard(job, lanes, t0.value, take), asyncio.Event()
+
+        def tick() -> None:
+            counts[4 * k : 4 * k + 4] = [shard.sent, shard.done, shard.failed, shard.tokens]
+            if stop.is_set():
+                local_stop.set()
+
+        await shard.run(local_stop, tick, interval_s)
+        return shard.summary(time.process_time() - cpu)
+
+    sender.send_bytes(msgspec.msgpack.encode(run_loop(main())))

@@ -1,0 +1,237 @@
+"""The comparison end to end on a synthetic ABBA run whose answer is set by construction."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict
+
+import numpy as np
+import pandas as pd
+import pytest
+from rich.console import Console
+
+from harness import phases
+from harness.compare import Comparison, compare, render
+from harness.records import RequestRecord, ServerRecord, SpanRecord
+from harness.stats import FASTER, NO_CHANGE, NOT_ENOUGH, SLOWER, WITHIN_BLOCK
+
+STREAMS, TOKENS, RUN_S, WINDOW = 4, 20, 6.0, (1.0, 5.0)
+LABELS = {"A": "main 9c05c56", "B": "working tree"}
+
+
+def run(
+    blocks=4, ratio=0.9, work_ratio=0.92, noise=0.01, seed=0, arms=("main", "pr"), order="ABBA"
+):
+    """Frames of a closed-loop run: each server's tokens arrive every `itl` seconds on each of
+    STREAMS streams, so its throughput is STREAMS / itl; arm B's is `ratio` times arm A's and
+    its postprocess work `work_ratio` times A's. Returns frames and the true tok/s per server."""
+    rng = np.random.default_rng(seed)
+    requests, spans, servers, truth = [], [], [], []
+    for block in range(blocks):
+        for slot, letter in enumerate(order):
+            arm = arms[letter == "B"]
+            rate = 1000.0 * (ratio if letter == "B" else 1.0) * math.exp(rng.normal(0, noise))
+            truth.append(rate)
+            requests += _requests(arm, block, slot, itl=STREAMS / rate)
+            work = 0.4 * (work_ratio if letter == "B" else 1.0) * math.exp(rng.normal(0, noise))
+            spans += _spans(arm, block, slot, work_ms=work)
+            servers.append(
+                ServerRecord(
+                    arm,
+                    block,
+                    slot,
+                    letter,
+                    8000 + slot,
+                    f"{block}-{slot}.log",
+                    0.0,
+                    0.0,
+                    healthy=True,
+                    requests=len(requests),
+                    steady_start_s=WINDOW[0],
+                    steady_end_s=WINDOW[1],
+                )  # fmt: skip
+            )
+    frames = [pd.DataFrame([asdict(r) for r in rows]) for rows in (requests, spans, servers)]
+    return *frames, truth
+
+
+def _requests(arm: str, block: int, slot: int, itl: float) -> list[RequestRecord]:
+    out = []
+    for stream in range(STREAMS):
+        send, index = stream * itl / STREAMS, 0
+        while send < RUN_S:
+            times = [send + itl * (k + 1) for k in range(TOKENS)]
+            out.append(
+                RequestRecord(
+                    arm,
+                    block,
+                    slot,
+                    index * STREAMS + stream,
+                    index == 0,
+                    32,
+                    TOKENS,
+                    send,
+                    send,
+                    times[0],
+                    times[-1],
+                    TOKENS,
+                    times,
+                    200,
+                )  # fmt: skip
+            )
+            send, index = times[-1], index + 1
+    return out
+
+
+def _spans(arm: str, block: int, slot: int, work_ms: float) -> list[SpanRecord]:
+    per_iter = {  # ms per iteration
+        "worker.iter_total": 3.0,
+        "worker.postprocess_batch": work_ms + 0.2 + 0.05,
+        "worker.step.completion_wait": 0.2,
+        "worker.postprocess.prematerialize": 0.05,
+        "worker.msg.add_request": 0.3,
+        "worker.msg.add_request.engine": 0.1,
+    }
+    rows = []
+    for window in range(10):
+        first = window * 100 + 1
+        for name, ms in per_iter.items():
+            n = 10 if name.startswith("worker.msg") else 100
+            rows.append(
+                SpanRecord(
+                    arm,
+                    block,
+                    slot,
+                    "worker-0",
+                    name,
+                    "span",
+                    first,
+                    first + 99,
+                    100,
+                    30.0,
+                    n,
+                    ms * 100 * 1e6,
+                    0.0,
+                    0.0,
+                    0.0,
+                )  # fmt: skip
+            )
+    return rows
+
+
+def row(result: Comparison, figure: str):
+    return next(f for f in result.figures if f.figure == figure)
+
+
+def phase(result: Comparison, name: str):
+    return next(p for p in result.phases if p.name == name)
+
+
+@pytest.fixture(scope="module")
+def slower():
+    requests, spans, servers, truth = run()
+    return compare(requests, spans, servers, LABELS), truth
+
+
+def test_ten_percent_slower_throughput(slower):
+    result, truth = slower
+    headline = row(result, "output_tok_per_s")
+    assert headline.change.verdict == SLOWER and result.regression
+    assert headline.change.low <= 0.9 <= headline.change.high
+    assert result.blocks == 4 and headline.change.blocks == 4
+    # per-server values in schedule order: A A | B B per block of A B B A
+    expected_a = [t for i, t in enumerate(truth) if "ABBA"[i % 4] == "A"]
+    expected_b = [t for i, t in enumerate(truth) if "ABBA"[i % 4] == "B"]
+    assert headline.servers_a == pytest.approx(expected_a, rel=2e-3)
+    assert headline.servers_b == pytest.approx(expected_b, rel=2e-3)
+    assert headline.a == pytest.approx(np.mean(expected_a), rel=2e-3)
+
+
+def test_latencies_move_the_other_way(slower):
+    result, _ = slower
+    ttft = row(result, "ttft_p50_ms")
+    assert not ttft.higher_is_better and ttft.change.verdict == SLOWER
+    assert ttft.change.low <= 1 / 0.9 <= ttft.change.high
+    assert row(result, "tpot_p50_ms").change.verdict == SLOWER
+
+
+def test_phase_and_message_tables(slower):
+    result, _ = slower
+    work = phase(result, phases.POSTPROCESS_WORK)
+    assert work.change.verdict == FASTER
+    assert work.change.low <= 0.92 <= work.change.high
+    assert work.a_ms == pytest.approx(0.4, rel=0.03)
+    assert phase(result, "worker.iter_total").change.verdict == NO_CHANGE
+    messages = {m.name: m for m in result.messages}
+    assert messages["worker.msg.add_request"].a_ms == pytest.approx(3.0)  # 30 ms per 10 requests
+    assert messages["worker.msg.add_request.engine"].parent == "worker.msg.add_request"
+    assert result.postprocess_waits == list(phases.POSTPROCESS_WAITS)
+
+
+def test_result_is_json_and_renders(slower):
+    result, _ = slower
+    data = json.loads(json.dumps(result.to_json(), allow_nan=False))
+    assert data["regression"] is True and data["labels"] == LABELS
+    assert data["figures"][0]["change"]["verdict"] == SLOWER
+    console = Console(record=True, width=240)
+    console.print(render(result))
+    text = console.export_text()
+    assert "working tree" in text and "slower" in text and " / " in text
+    assert not result.doubts
+
+
+def test_a_a_run_of_one_arm_is_no_change():
+    requests, spans, servers, _ = run(ratio=1.0, work_ratio=1.0, arms=("main", "main"), seed=3)
+    result = compare(requests, spans, servers, {"A": "main", "B": "main"})
+    assert row(result, "output_tok_per_s").change.verdict == NO_CHANGE
+    assert not result.regression
+
+
+def test_external_arm_without_spans():
+    requests, spans, servers, _ = run(seed=1)
+    spans = spans[spans["arm"] == "main"]
+    result = compare(requests, spans, servers, LABELS, external={"B"})
+    work = phase(result, phases.POSTPROCESS_WORK)
+    assert work.b_ms is None and work.change.verdict == NOT_ENOUGH
+    assert any("no spans from arm B (an external server" in d for d in result.doubts)
+    none = compare(requests, None, servers, LABELS)
+    assert not none.phases and not none.messages
+    assert sum("no spans from arm" in d for d in none.doubts) == 2
+
+
+def test_failures_and_an_unhealthy_server_are_doubts():
+    requests, spans, servers, _ = run(seed=2)
+    failing = requests.index[(requests["slot"] == 1) & ~requests["warmup"]][:3]
+    requests.loc[failing, "status"] = 500
+    requests.loc[failing, "error"] = "HTTP 500"
+    servers.loc[2, ["healthy", "error"]] = [False, "exited with code 1"]
+    result = compare(requests, spans, servers, LABELS)
+    assert any(d.startswith("3 failed requests in arm B") for d in result.doubts)
+    assert any("exited with code 1" in d for d in result.doubts)
+    assert [s.failed for s in result.servers][:4] == [0, 3, 0, 0]
+
+
+def test_one_block_is_a_weaker_estimate():
+    requests, spans, servers, _ = run(blocks=1, seed=4)
+    result = compare(requests, spans, servers, LABELS)
+    headline = row(result, "output_tok_per_s")
+    assert headline.change.method == WITHIN_BLOCK and result.blocks == 1
+    assert any("1 paired block(s)" in d for d in result.doubts)
+
+
+def test_noisy_run_asks_for_more_blocks():
+    requests, spans, servers, _ = run(blocks=3, ratio=1.0, noise=0.08, seed=5)
+    result = compare(requests, spans, servers, LABELS)
+    assert row(result, "output_tok_per_s").change.verdict == NOT_ENOUGH
+    assert any("too noisy" in d and "blocks in all" in d for d in result.doubts)
+
+
+def test_audio_figure_and_tokens_without_arrival_times():
+    requests, spans, servers, _ = run(seed=6)
+    requests["output_tokens"] += 5  # the server counted tokens the stream did not time
+    result = compare(requests, spans, servers, LABELS, tokens_per_audio_s=10.0)
+    audio, tok_s = row(result, "audio_s_per_s"), row(result, "output_tok_per_s")
+    assert audio.a == pytest.approx(tok_s.a / 10.0)
+    assert audio.change.verdict == tok_s.change.verdict == SLOWER
+    assert any("have no arrival time" in d for d in result.doubts)

@@ -1,0 +1,130 @@
+"""Metric definitions (docs/METRICS.md) on hand-built requests with answers worked out here."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from harness import metrics
+from harness.records import RequestRecord, ServerRecord
+
+
+def request(index: int, times: list[float], send: float = 0.0, **kw) -> RequestRecord:
+    """A successful request whose tokens arrive at `times`; it ends with its last token."""
+    fields = dict(
+        arm="main", block=0, slot=0, index=index, warmup=False, prompt_tokens=8,
+        max_tokens=len(times), intended_send_s=send, send_s=send,
+        first_token_s=times[0] if times else None, end_s=times[-1] if times else None,
+        output_tokens=len(times), token_times_s=times, status=200,
+    )  # fmt: skip
+    return RequestRecord(**(fields | kw))
+
+
+def server(slot: int = 0, start: float = 1.0, end: float = 3.0, **kw) -> ServerRecord:
+    fields = dict(
+        arm="main", block=0, slot=slot, letter="A", port=8000, log="s.log", t0_unix=0.0,
+        start_unix=0.0, healthy=True, steady_start_s=start, steady_end_s=end,
+    )  # fmt: skip
+    return ServerRecord(**(fields | kw))
+
+
+def frame(records) -> pd.DataFrame:
+    return pd.DataFrame([asdict(r) for r in records])
+
+
+REQUESTS = frame(
+    [
+        request(0, [0.5, 1.0, 1.5, 2.0], send=0.1),
+        request(1, [1.2, 2.2, 3.2], send=1.0),
+        request(2, [2.5], send=2.0),  # one token: no TPOT, no ITL
+        request(3, [0.2, 0.3], send=0.0, warmup=True),
+        request(4, [1.1, 1.4], send=0.9, status=500, error="HTTP 500"),
+        request(5, [], send=1.5, status=0, error="connection reset"),
+    ]
+)
+
+
+def test_ttft_tpot_e2e_per_request():
+    rows = REQUESTS.iloc[:3]
+    assert metrics.ttft_s(rows).tolist() == pytest.approx([0.4, 0.2, 0.5])
+    assert metrics.e2e_s(rows).tolist() == pytest.approx([1.9, 2.2, 0.5])
+    tpot = metrics.tpot_s(rows).tolist()
+    assert tpot[:2] == pytest.approx([1.5 / 3, 2.0 / 2]) and np.isnan(tpot[2])
+
+
+def test_itl_is_every_gap_between_consecutive_tokens():
+    assert metrics.itl_s(REQUESTS.iloc[:3]).tolist() == pytest.approx([0.5, 0.5, 0.5, 1.0, 1.0])
+
+
+def test_warmup_and_failures():
+    assert metrics.measured(REQUESTS)["index"].tolist() == [0, 1, 2, 4, 5]
+    assert metrics.failed(REQUESTS) == 2  # the warmup request does not count
+    assert metrics.completed(REQUESTS)["index"].tolist() == [0, 1, 2]
+
+
+def test_steady_tok_per_s_counts_arrivals_of_completed_requests_in_the_window():
+    # in [1, 3]: 1.0, 1.5, 2.0 (request 0), 1.2, 2.2 (request 1), 2.5 (request 2); the
+    # failed request's 1.1 and 1.4 do not count
+    assert metrics.steady_tok_per_s(REQUESTS, 1.0, 3.0) == pytest.approx(6 / 2.0)
+    assert np.isnan(metrics.steady_tok_per_s(REQUESTS, None, 3.0))
+    assert np.isnan(metrics.steady_tok_per_s(REQUESTS, 3.0, 3.0))
+
+
+def test_run_tok_per_s_is_completed_tokens_over_first_send_to_last_end():
+    # measured sends start at 0.1, last end 3.2; completed tokens 4 + 3 + 1
+    assert metrics.run_tok_per_s(REQUESTS) == pytest.approx(8 / 3.1)
+
+
+def test_distribution_quantiles_interpolate_linearly():
+    stats = metrics.distribution(np.arange(1.0, 102.0))
+    assert stats == pytest.approx({"p50": 51.0, "p90": 91.0, "p99": 100.0, "mean": 51.0})
+    assert all(np.isnan(v) for v in metrics.distribution(np.array([np.nan])).values())
+
+
+def test_server_summary_one_row_per_server_in_schedule_order():
+    other = REQUESTS.iloc[:2].assign(slot=1)
+    requests = pd.concat([REQUESTS, other], ignore_index=True)
+    servers = frame([server(slot=1, letter="B"), server(slot=0), server(slot=2, healthy=False)])
+    summary = metrics.server_summary(requests, servers, tokens_per_audio_s=2.0)
+    assert summary["slot"].tolist() == [0, 1, 2]
+    assert summary["requests"].tolist() == [5, 2, 0]
+    assert summary["failed"].tolist() == [2, 0, 0]
+    assert summary["output_tok_per_s"].tolist()[:2] == pytest.approx([3.0, 2.5])
+    assert summary["audio_s_per_s"].tolist()[:2] == pytest.approx([1.5, 1.25])
+    assert summary.loc[0, "ttft_p50_ms"] == pytest.approx(400.0)
+    assert summary.loc[0, "itl_mean_ms"] == pytest.approx(3.5 / 5 * 1e3)
+    assert np.isnan(summary.loc[2, "output_tok_per_s"])  # no requests, no figure
+
+
+def test_arm_summary_pools_requests_and_averages_server_rates():
+    slow = frame([request(i, [1.0 + i, 1.5 + i], send=0.5 + i, slot=1) for i in range(3)])
+    requests = pd.concat([REQUESTS, slow], ignore_index=True)
+    servers = frame([server(slot=0), server(slot=1, start=1.0, end=4.0)])
+    per_server = metrics.server_summary(requests, servers)
+    per_arm = metrics.arm_summary(requests, servers)
+    assert len(per_arm) == 1 and per_arm.loc[0, "requests"] == 8
+    assert per_arm.loc[0, "output_tok_per_s"] == pytest.approx(
+        per_server["output_tok_per_s"].mean()
+    )
+    # TTFTs pooled: 0.4, 0.2, 0.5 (slot 0) and 0.5, 0.5, 0.5 (slot 1) -> p50 0.5
+    assert per_arm.loc[0, "ttft_p50_ms"] == pytest.approx(500.0)
+    assert per_server["ttft_p50_ms"].mean() == pytest.approx(450.0)
+
+
+def test_parquet_round_trip_keeps_the_metrics(tmp_path):
+    path = tmp_path / "requests.parquet"
+    REQUESTS.to_parquet(path)
+    back = pd.read_parquet(path)
+    assert metrics.itl_s(back).tolist() == pytest.approx(metrics.itl_s(REQUESTS).tolist())
+    assert metrics.latency_ms(back) == pytest.approx(metrics.latency_ms(REQUESTS), nan_ok=True)
+
+
+def test_figures_declare_their_direction():
+    by_name = {f.name: f for f in metrics.figures(tokens_per_audio_s=86.0)}
+    assert by_name["output_tok_per_s"].higher_is_better
+    assert by_name["audio_s_per_s"].higher_is_better
+    assert not by_name["ttft_p99_ms"].higher_is_better
+    assert "audio_s_per_s" not in {f.name for f in metrics.figures()}

@@ -1,0 +1,223 @@
+"""Qwen3.5: the cached engine path equals the plain uncached forward; init and loading."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from engine.batch import ForwardBatch
+from engine.models import build_model
+from engine.models.qwen35 import PRESETS, CheckpointError, Qwen35ForCausalLM
+from engine.worker.kv_cache import KVCache
+
+
+@pytest.fixture(scope="module")
+def tiny() -> Qwen35ForCausalLM:
+    return build_model("qwen35", "tiny", seed=0, dtype="float32", device="cpu")
+
+
+class Requests:
+    """Test-side scheduler bookkeeping: pages and a state slot per request, one step's batch."""
+
+    def __init__(self, model: Qwen35ForCausalLM, page_size: int = 4):
+        self.cache = KVCache(model.cache_shapes(), 128, page_size, 8, torch.float32, "cpu")
+        self.pages: dict[int, list[int]] = {}
+        self.slot: dict[int, int] = {}
+        self.cached: dict[int, int] = {}
+
+    def step(self, new_tokens: dict[int, list[int]]) -> ForwardBatch:
+        ids, positions, slots, table = [], [], [], []
+        for rid, tokens in new_tokens.items():
+            if rid not in self.slot:
+                self.slot[rid] = self.cache.slots.take(1)[0]
+                self.cache.reset_slot(self.slot[rid])
+                self.pages[rid], self.cached[rid] = [], 0
+            start, pages = self.cached[rid], self.pages[rid]
+            pages += self.cache.pages.take(self.cache.pages_for(start + len(tokens)) - len(pages))
+            size = self.cache.page_size
+            ids += tokens
+            positions += range(start, start + len(tokens))
+            slots += [pages[p // size] * size + p % size for p in range(start, start + len(tokens))]
+            table.append(pages)
+        width = max(map(len, table))
+        num_new = [len(t) for t in new_tokens.values()]
+        num_cached = [self.cached[rid] for rid in new_tokens]
+        for rid, tokens in new_tokens.items():
+            self.cached[rid] += len(tokens)
+        return ForwardBatch(
+            input_ids=torch.tensor(ids),
+            positions=torch.tensor(positions),
+            cu_seqlens=torch.tensor([0, *torch.tensor(num_new).cumsum(0).tolist()]),
+            num_cached=num_cached,
+            num_new=num_new,
+            page_table=torch.tensor(
+                [p + [-1] * (width - len(p)) for p in table], dtype=torch.int32
+            ),
+            slot_mapping=torch.tensor(slots),
+            state_slots=torch.tensor([self.slot[rid] for rid in new_tokens]),
+            is_decode=all(n == 1 for n in num_new) and all(c > 0 for c in num_cached),
+        )
+
+
+def _prompts(lengths: list[int], vocab: int) -> list[list[int]]:
+    gen = torch.Generator().manual_seed(42)
+    return [torch.randint(0, vocab, (n,), generator=gen).tolist() for n in lengths]
+
+
+def test_cached_path_equals_forward_full(tiny):
+    """Chunked prefill, a mixed step, then vectorised greedy decode: the logits of every row's
+    last token match forward_full of its whole sequence, and so do the greedy tokens."""
+    seqs = _prompts([3, 11, 26, 7], tiny.config.vocab_size)
+    prompt_chunks = {0: [3], 1: [5, 6], 2: [9, 11, 6], 3: [7]}
+    engine = Requests(tiny)
+    schedule = [{0: 0, 1: 0, 2: 0}, {1: 1, 2: 1}, {2: 2}]  # request -> prompt chunk index
+    schedule += [{0: None, 1: None, 2: None}] * 2 + [{0: None, 3: 0, 1: None}]  # 3 joins mixed
+    schedule += [{0: None, 1: None, 2: None, 3: None}] * 4
+    done = {rid: 0 for rid in range(len(seqs))}
+    checked = decode_steps = 0
+    for step in schedule:
+        new = {}
+        for rid, chunk in step.items():
+            if chunk is None:  # decode: the greedy token of the previous step
+                new[rid] = [seqs[rid][-1]]
+            else:
+                size = prompt_chunks[rid][chunk]
+                new[rid] = seqs[rid][done[rid] : done[rid] + size]
+                done[rid] += size
+        batch = engine.step(new)
+        logits = tiny(batch, engine.cache)
+        decode_steps += batch.is_decode
+        for row, rid in enumerate(new):
+            length = engine.cached[rid]
+            ref = tiny.forward_full(torch.tensor(seqs[rid][:length]))[-1]
+            torch.testing.assert_close(logits[row], ref, atol=1e-4, rtol=1e-4)
+            assert logits[row].argmax().item() == ref.argmax().item()
+            checked += 1
+            if length >= len(seqs[rid]):  # prompt consumed: extend greedily
+                seqs[rid].append(int(logits[row].argmax()))
+    assert checked == 31 and decode_steps == 6
+
+
+def test_row_logits_do_not_depend_on_the_batch(tiny):
+    target, *others = _prompts([9, 4, 17], tiny.config.vocab_size)
+    alone, mixed = Requests(tiny), Requests(tiny)
+    out_alone = [tiny(alone.step({0: target}), alone.cache)[0]]
+    out_mixed = [tiny(mixed.step({1: others[0], 0: target, 2: others[1]}), mixed.cache)[1]]
+    for token in (5, 77, 1000):
+        out_alone.append(tiny(alone.step({0: [token]}), alone.cache)[0])
+        out_mixed.append(tiny(mixed.step({2: [token], 1: [token], 0: [token]}), mixed.cache)[2])
+    torch.testing.assert_close(torch.stack(out_mixed), torch.stack(out_alone), atol=1e-5, rtol=1e-5)
+
+
+def test_seeded_init_is_reproducible():
+    a, b = (build_model("qwen35", "tiny", seed=7, dtype="float32", device="cpu") for _ in range(2))
+    c = build_model("qwen35", "tiny", seed=8, dtype="float32", device="cpu")
+    for (name, pa), pb, pc in zip(
+        a.named_parameters(), b.parameters(), c.parameters(), strict=True
+    ):
+        assert torch.equal(pa, pb), name
+        if pa.std() > 0:  # norms and gates start at constants; random tensors differ by seed
+            assert not torch.equal(pa, pc), name
+    assert 1e6 < a.num_parameters() < 1e7
+
+
+def test_08b_shapes_keep_activations_finite():
+    model = build_model("qwen35", "0.8b", seed=0, dtype="float32", device="cpu")
+    assert 0.7e9 < model.num_parameters() < 0.8e9  # text part of Qwen3.5-0.8B, tied embeddings
+    rms = []  # the residual stream entering each post-attention norm and the final norm
+
+    def record(_module, args):
+        rms.append(args[0].pow(2).mean().sqrt().item())
+
+    norms = [layer.post_attention_layernorm for layer in model.model.layers]
+    for norm in [*norms, model.model.norm]:
+        norm.register_forward_pre_hook(record)
+    logits = model.forward_full(torch.tensor([11, 248_000, 42]))
+    assert logits.shape == (3, 248_320) and torch.isfinite(logits).all()
+    assert len(rms) == 25 and all(1e-3 < r < 10 for r in rms), rms
+    assert 0.05 < logits.std().item() < 10
+
+
+def _hf_config(model: Qwen35ForCausalLM, multimodal: bool) -> dict:
+    c = model.config
+    text = {
+        k: v for k, v in dataclasses.asdict(c).items() if k not in ("eos_token_ids", "rope_theta")
+    }
+    # As published: config.json names <|endoftext|>, generation_config.json adds <|im_end|>.
+    text.update(layer_types=list(c.layer_types), eos_token_id=c.eos_token_ids[1])
+    text["rope_parameters"] = {"rope_type": "default", "rope_theta": c.rope_theta,
+                               "partial_rotary_factor": c.partial_rotary_factor}  # fmt: skip
+    if not multimodal:
+        return text
+    return {
+        "model_type": "qwen3_5",
+        "tie_word_embeddings": c.tie_word_embeddings,
+        "text_config": text,
+    }
+
+
+def _write_checkpoint(path, model: Qwen35ForCausalLM, multimodal: bool, edit=lambda t: t) -> None:
+    prefix = "model.language_model." if multimodal else "model."
+    tensors = {prefix + k.removeprefix("model."): v for k, v in model.state_dict().items()}
+    if multimodal:  # towers the text model does not use are skipped
+        tensors["model.visual.blocks.0.attn.qkv.weight"] = torch.zeros(2, 2)
+        tensors["mtp.fc.weight"] = torch.zeros(2, 2)
+    tensors = edit(tensors)
+    names = sorted(tensors)
+    for shard, part in enumerate((names[: len(names) // 2], names[len(names) // 2 :])):
+        save_file(
+            {n: tensors[n].contiguous() for n in part}, str(path / f"model-{shard}.safetensors")
+        )
+    (path / "config.json").write_text(json.dumps(_hf_config(model, multimodal)))
+    (path / "generation_config.json").write_text(
+        json.dumps({"eos_token_id": list(model.eos_token_ids)})
+    )
+
+
+@pytest.mark.parametrize("multimodal", [True, False])
+def test_hf_checkpoint_roundtrip(tiny, tmp_path, multimodal):
+    _write_checkpoint(tmp_path, tiny, multimodal)
+    loaded = build_model(
+        "qwen35", "unused", seed=1, dtype="float32", device="cpu", path=str(tmp_path)
+    )
+    assert loaded.config == tiny.config and loaded.eos_token_ids == tiny.eos_token_ids
+    ids = torch.tensor(_prompts([12], tiny.config.vocab_size)[0])
+    assert torch.equal(loaded.forward_full(ids), tiny.forward_full(ids))
+
+
+def test_hf_checkpoint_missing_or_unknown_tensor_is_an_error(tiny, tmp_path):
+    gone = "model.language_model.layers.2.linear_attn.A_log"
+    (tmp_path / "a").mkdir()
+    _write_checkpoint(
+        tmp_path / "a", tiny, True, lambda t: {k: v for k, v in t.items() if k != gone}
+    )
+    with pytest.raises(CheckpointError, match="missing.*layers.2.linear_attn.A_log"):
+        Qwen35ForCausalLM.from_pretrained(tmp_path / "a", torch.float32, "cpu")
+    (tmp_path / "b").mkdir()
+    extra = "model.language_model.layers.0.mlp.extra.weight"
+    _write_checkpoint(tmp_path / "b", tiny, True, lambda t: {**t, extra: torch.zeros(1)})
+    with pytest.raises(CheckpointError, match=f"unknown.*{extra}"):
+        Qwen35ForCausalLM.from_pretrained(tmp_path / "b", torch.float32, "cpu")
+
+
+def test_matches_the_transformers_reference():
+    """Our layout and math equal Hugging Face's Qwen3.5 (untied head, 2 value heads per key head)."""
+    transformers = pytest.importorskip("transformers", reason="transformers is an optional check")
+    config = dataclasses.replace(
+        PRESETS["tiny"],
+        linear_num_value_heads=8,
+        linear_value_head_dim=16,
+        tie_word_embeddings=False,
+    )
+    ours = Qwen35ForCausalLM.random(config, seed=3, dtype=torch.float32, device="cpu")
+    hf_config = transformers.Qwen3_5TextConfig(**_hf_config(ours, multimodal=False))
+    reference = transformers.Qwen3_5ForCausalLM(hf_config).eval()
+    reference.load_state_dict(ours.state_dict(), strict=True)
+    ids = torch.tensor(_prompts([70], config.vocab_size)[0])
+    with torch.no_grad():
+        expected = reference(ids[None]).logits[0]
+    torch.testing.assert_close(ours.forward_full(ids), expected, atol=1e-5, rtol=1e-5)
