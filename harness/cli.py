@@ -17,6 +17,9 @@ COMMANDS = [
     # (verb, module under harness.commands)
     ("mock", "mock"),
     ("calibrate", "calibrate"),
+    ("run", "run"),
+    ("scenarios", "scenarios"),
+    ("serve", "serve"),
 ]
 
 for verb, module in COMMANDS:

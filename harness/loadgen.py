@@ -18,6 +18,7 @@ its share of the lanes, all taking indices from one shared counter; results are 
 from __future__ import annotations
 
 import asyncio
+import gc
 import multiprocessing as mp
 import signal
 import time
@@ -111,25 +112,28 @@ async def run_closed_loop(
     shards: int = 1,
     request_timeout_s: float = 600.0,
     progress_interval_s: float = 0.25,
+    ramp_s: float = 0.0,
 ) -> LoadResult:
     """Drive `url` (base URL or a /v1/completions endpoint) with `requests`, C in flight.
 
     `on_progress` runs every `progress_interval_s`, never inside the per-token loop. Setting
     `stop_event` stops sending; requests in flight are cut and recorded as "interrupted".
     Failed requests (non-200, connection errors, timeouts, broken streams) become records with
-    an error; nothing is raised for them.
+    an error; nothing is raised for them. `ramp_s` spreads the lanes' first sends evenly over
+    that many seconds (lane i starts at i * ramp_s / C) so fixed-length requests do not move
+    in lockstep waves.
     """
     endpoint = (
         url if url.rstrip("/").endswith("/completions") else url.rstrip("/") + "/v1/completions"
     )
     job = _Job(endpoint, [_body(r, model) for r in requests], [len(r.prompt) for r in requests],
                [r.max_tokens for r in requests], concurrency, warmup,
-               (labels.arm, labels.block, labels.slot), request_timeout_s)  # fmt: skip
+               (labels.arm, labels.block, labels.slot), request_timeout_s, ramp_s)  # fmt: skip
     stop_event = stop_event or asyncio.Event()
     if shards > 1:
         return await _run_sharded(job, shards, on_progress, stop_event, progress_interval_s)
     sequence = iter(range(len(requests)))
-    shard = _Shard(job, concurrency, time.perf_counter(), lambda: next(sequence, None))
+    shard = _Shard(job, range(concurrency), time.perf_counter(), lambda: next(sequence, None))
     t0_unix, cpu = time.time(), time.process_time()
 
     def tick() -> None:
@@ -151,11 +155,12 @@ class _Job(msgspec.Struct, array_like=True):
     warmup: int
     labels: tuple[str, int, int]
     timeout_s: float
+    ramp_s: float
 
 
 class _Summary(msgspec.Struct, array_like=True):
     records: list[RequestRecord]
-    ramp_s: float | None  # when all of this shard's lanes were first busy
+    busy_s: float | None  # when all of this shard's lanes were first busy
     warmup_done_s: float | None  # the last warmup completion this shard saw
     drain_s: float | None  # the first completion that found the sequence exhausted
     stopped_s: float | None
@@ -171,13 +176,14 @@ def _body(spec: RequestSpec, model: str | None) -> bytes:
 
 
 class _Shard:
-    """One event loop's lanes. `take()` gives the next index of the sequence, or None."""
+    """One event loop's lanes (their numbers among all C). `take()` gives the next index of the
+    sequence, or None when it is exhausted."""
 
-    def __init__(self, job: _Job, lanes: int, t0: float, take: Callable[[], int | None]):
+    def __init__(self, job: _Job, lanes: range, t0: float, take: Callable[[], int | None]):
         self.job, self.lanes, self.t0, self.take = job, lanes, t0, take
         self.records: list[RequestRecord] = []
         self.sent = self.done = self.failed = self.tokens = 0
-        self.ramp_s = self.warmup_done_s = self.drain_s = self.stopped_s = None
+        self.busy_s = self.warmup_done_s = self.drain_s = self.stopped_s = None
 
     def progress(self) -> Progress:
         elapsed = time.perf_counter() - self.t0
@@ -185,17 +191,18 @@ class _Shard:
 
     def summary(self, cpu_s: float) -> _Summary:
         return _Summary(
-            self.records, self.ramp_s, self.warmup_done_s, self.drain_s, self.stopped_s, cpu_s
+            self.records, self.busy_s, self.warmup_done_s, self.drain_s, self.stopped_s, cpu_s
         )
 
     async def run(self, stop: asyncio.Event, tick: Callable[[], None], interval_s: float) -> None:
-        connector = aiohttp.TCPConnector(limit=self.lanes, limit_per_host=0)
+        connector = aiohttp.TCPConnector(limit=len(self.lanes), limit_per_host=0)
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=self.job.timeout_s)
         async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
             await asyncio.sleep(self.t0 - time.perf_counter())  # shards start together
-            lanes = asyncio.gather(*(self._lane(session) for _ in range(self.lanes)))
-            ticker = asyncio.create_task(_every(interval_s, tick))
+            lanes = asyncio.gather(*(self._lane(session, lane) for lane in self.lanes))
+            ticker = asyncio.create_task(_every(interval_s, _frozen(tick)))
             stopper = asyncio.create_task(stop.wait())
+            gc.freeze()
             await asyncio.wait([lanes, stopper], return_when=asyncio.FIRST_COMPLETED)
             if stopper.done():
                 self.stopped_s = time.perf_counter() - self.t0
@@ -203,10 +210,12 @@ class _Shard:
             await asyncio.gather(lanes, return_exceptions=True)
             stopper.cancel()
             ticker.cancel()
+            gc.unfreeze()
             tick()
 
-    async def _lane(self, session: aiohttp.ClientSession) -> None:
-        intended = 0.0  # the lane is free from the load's start
+    async def _lane(self, session: aiohttp.ClientSession, lane: int) -> None:
+        intended = lane * self.job.ramp_s / self.job.concurrency  # when the lane is first free
+        await asyncio.sleep(self.t0 + intended - time.perf_counter())
         while (index := self.take()) is not None:
             intended = await self._request(session, index, intended)
         if self.drain_s is None:
@@ -217,8 +226,8 @@ class _Shard:
         rec = RequestRecord(*job.labels, index, index < job.warmup, job.prompt_tokens[index],
                             job.max_tokens[index], intended, 0.0)  # fmt: skip
         self.sent += 1
-        if self.ramp_s is None and self.sent - self.done == self.lanes:
-            self.ramp_s = time.perf_counter() - t0
+        if self.busy_s is None and self.sent - self.done == len(self.lanes):
+            self.busy_s = time.perf_counter() - t0
         headers = {"Content-Type": "application/json", "X-Request-Id": str(index)}
         rec.send_s = time.perf_counter() - t0
         try:
@@ -308,6 +317,18 @@ def _sse_data(raw: bytes) -> bytes | None:
     return b"\n".join(lines) if lines else None
 
 
+def _frozen(tick: Callable[[], None]) -> Callable[[], None]:
+    """Also move every live object out of the collector's view on each tick: a full collection
+    over the records gathered so far (and the interpreter's startup objects) would pause the
+    loop for tens of milliseconds, a pause that lands in the latencies. Unfrozen at the end."""
+
+    def frozen_tick() -> None:
+        gc.freeze()
+        tick()
+
+    return frozen_tick
+
+
 async def _every(interval_s: float, tick: Callable[[], None]) -> None:
     while True:
         await asyncio.sleep(interval_s)
@@ -318,8 +339,8 @@ def _result(
     job: _Job, parts: list[_Summary], t0_perf: float, t0_unix: float, shards: int
 ) -> LoadResult:
     """Merge the shards: the window starts when every shard is steady, ends at the first drain."""
-    ramp = [p.ramp_s for p in parts]
-    start = None if None in ramp else max(ramp)
+    busy = [p.busy_s for p in parts]
+    start = None if None in busy else max(busy)
     if job.warmup > 0 and start is not None:
         done = [p.warmup_done_s for p in parts if p.warmup_done_s is not None]
         start = max([start, *done]) if done else None
@@ -344,11 +365,10 @@ async def _run_sharded(
     counts = ctx.Array("q", 4 * shards, lock=False)  # sent, done, failed, tokens per shard
     pipes, procs = [], []
     for k in range(shards):
-        lanes = job.concurrency // shards + (k < job.concurrency % shards)
         receiver, sender = ctx.Pipe(duplex=False)
         args = (
             msgspec.msgpack.encode(job),
-            lanes,
+            range(k, job.concurrency, shards),  # this shard's lanes
             k,
             sender,
             counter,

@@ -15,19 +15,22 @@ without `max_tokens`, the set length.
 from __future__ import annotations
 
 import asyncio
+import gc
 import heapq
 import itertools
 import json
 import time
-from collections import deque
-from dataclasses import dataclass, field
+from array import array
+from dataclasses import dataclass
 
+import msgspec
 import numpy as np
 from aiohttp import web
 
 # Event-loop timers have millisecond resolution (uvloop rounds to the nearest ms), so a wake
 # writes every token due within the next half millisecond instead of re-arming for it.
 EARLY_S = 0.0005
+BATCH = 32  # tokens written per turn of the event loop, so a burst does not hold up arrivals
 VOCAB = 32000
 KEEP = 1 << 20  # samples kept per series, so a long-running mock stays bounded in memory
 
@@ -47,38 +50,72 @@ class MockConfig:
         return self.output_tokens, "stop"
 
 
-@dataclass
 class MockStats:
-    """What the mock saw: arrivals, concurrent streams over time, its own schedule lateness."""
+    """What the mock saw: arrivals, concurrent streams over time, its own schedule lateness.
 
-    arrivals: int = 0
-    active: int = 0
-    max_active: int = 0
-    # (time, active) on each change; write time - due time of every token; one row per request:
-    # (request id, arrival, first token written, last token written, tokens). The last KEEP of each.
-    trace: deque = field(default_factory=lambda: deque(maxlen=KEEP))
-    lateness_s: deque = field(default_factory=lambda: deque(maxlen=KEEP))
-    requests: deque = field(default_factory=lambda: deque(maxlen=KEEP))
+    Samples live in arrays (the garbage collector never scans them, so they cause no pauses);
+    each series keeps its last KEEP to KEEP * 2 samples.
+    """
+
+    def __init__(self) -> None:
+        self.arrivals = self.active = self.max_active = self.tokens = 0
+        self.trace_s, self.trace_active = array("d"), array("i")  # on each change of `active`
+        self.lateness_s = array("d")  # write time - due time, every token
+        # one row per finished request: id, arrival, first and last token written (nan: none)
+        self.request_ids: list[str] = []
+        self.request_times, self.request_tokens = array("d"), array("i")
 
     def change(self, delta: int) -> None:
         self.active += delta
         self.max_active = max(self.max_active, self.active)
-        self.trace.append((time.perf_counter(), self.active))
+        self.trace_s.append(time.perf_counter())
+        self.trace_active.append(self.active)
+        _trim(self.trace_s, self.trace_active)
+
+    def finished(self, rid: str, arrival: float, first: float | None, last: float | None, n: int) -> None:
+        self.request_ids.append(rid)
+        self.request_times.extend((arrival, _nan(first), _nan(last)))
+        self.request_tokens.append(n)
+        if len(self.request_ids) > 2 * KEEP:
+            del self.request_ids[:KEEP], self.request_times[: 3 * KEEP], self.request_tokens[:KEEP]
+
+    def late(self, seconds: float, tokens: int) -> None:
+        self.tokens += tokens
+        if tokens == 1:
+            self.lateness_s.append(seconds)
+        else:
+            self.lateness_s.extend([seconds] * tokens)
+        _trim(self.lateness_s)
 
     def summary(self) -> dict:
-        late = np.asarray(self.lateness_s) * 1e3
+        late = np.frombuffer(self.lateness_s, dtype=np.float64) * 1e3
         q = np.percentile(late, [50, 99]).tolist() if late.size else [None, None]
+        top = float(late.max()) if late.size else None
         return {
             "arrivals": self.arrivals,
             "active": self.active,
             "max_active": self.max_active,
-            "tokens": int(late.size),
-            "lateness_ms": {
-                "p50": q[0],
-                "p99": q[1],
-                "max": float(late.max()) if late.size else None,
-            },
+            "tokens": self.tokens,
+            "lateness_ms": {"p50": q[0], "p99": q[1], "max": top},
         }
+
+    def requests(self) -> list[tuple]:
+        """(id, arrival, first token written, last token written, tokens); None where none."""
+        t = [None if x != x else x for x in self.request_times]
+        return list(zip(self.request_ids, t[0::3], t[1::3], t[2::3], self.request_tokens, strict=True))
+
+    def trace(self) -> list[tuple[float, int]]:
+        return list(zip(self.trace_s, self.trace_active, strict=True))
+
+
+def _nan(x: float | None) -> float:
+    return float("nan") if x is None else x
+
+
+def _trim(*series: array) -> None:
+    if len(series[0]) > 2 * KEEP:
+        for s in series:
+            del s[:KEEP]
 
 
 class _Stream:
@@ -118,16 +155,24 @@ class Scheduler:
 
     def _fire(self) -> None:
         self.timer, self.wake = None, float("inf")
-        heap, late = self.heap, self.stats.lateness_s
+        heap, stats, written = self.heap, self.stats, 0
         while heap and heap[0][0] <= time.perf_counter() + EARLY_S:
+            if written >= BATCH:  # let arrivals in before writing the rest
+                self.wake = heap[0][0]
+                self.timer = asyncio.get_running_loop().call_soon(self._fire)
+                return
             due, _, s = heapq.heappop(heap)
             if s.transport.is_closing():  # the client went away
                 s.done.done() or s.done.set_result(None)
                 continue
             burst = s.left if self.itl_s == 0 else 1  # no gap between tokens: write them at once
-            s.transport.writelines([_token_frame(s.head, s.sent + k) for k in range(burst)])
+            if burst == 1:
+                s.transport.write(_token_frame(s.head, s.sent))
+            else:
+                s.transport.writelines([_token_frame(s.head, s.sent + k) for k in range(burst)])
             now = time.perf_counter()
-            late.extend([now - due] * burst)
+            stats.late(now - due, burst)
+            written += burst
             s.first = s.first or now
             s.sent += burst
             s.left -= burst
@@ -157,7 +202,7 @@ def make_app(config: MockConfig) -> web.Application:
 
     async def completions(request: web.Request) -> web.StreamResponse:
         arrival = time.perf_counter()
-        body = await request.json()
+        body = msgspec.json.decode(await request.read())
         n, finish = config.length(body.get("max_tokens"), bool(body.get("ignore_eos")))
         prompt_tokens = len(body.get("prompt") or [])
         rid = request.headers.get("X-Request-Id", str(stats.arrivals))
@@ -189,9 +234,9 @@ def make_app(config: MockConfig) -> web.Application:
             app["scheduler"].add(stream)
             last, first = await stream.done, stream.first
             if last is None:  # the client went away
-                stats.requests.append((rid, arrival, first, None, stream.sent))
+                stats.finished(rid, arrival, first, None, stream.sent)
                 return resp
-        stats.requests.append((rid, arrival, first, last, n))
+        stats.finished(rid, arrival, first, last, n)
         final = _completion(config, n, finish, prompt_tokens, stream=True)
         await resp.write_eof(
             b"data: %s\n\ndata: [DONE]\n\n" % json.dumps(final, separators=(",", ":")).encode()
@@ -209,9 +254,9 @@ def make_app(config: MockConfig) -> web.Application:
     async def stats_view(request: web.Request) -> web.Response:
         out = stats.summary()
         if "requests" in request.query:
-            out["requests"] = list(stats.requests)
+            out["requests"] = stats.requests()
         if "trace" in request.query:
-            out["trace"] = list(stats.trace)
+            out["trace"] = stats.trace()
         return web.json_response(out)
 
     app.router.add_post("/v1/completions", completions)
@@ -275,6 +320,7 @@ async def serve(config: MockConfig, host: str, port: int, ready=None) -> None:
     async with MockServer(config, host, port) as server:
         if ready is not None:
             ready(server)
+        gc.freeze()  # startup objects out of the collector's view: shorter pauses while serving
         await stop.wait()
 
 

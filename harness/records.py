@@ -57,6 +57,8 @@ class SpanRecord:
     p50: float
     p95: float
     max: float
+    start_unix: float = 0.0  # wall time the window opened
+    end_unix: float = 0.0  # wall time it was emitted
 
 
 @dataclass

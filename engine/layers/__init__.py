@@ -1,6 +1,6 @@
 """Model building blocks and their CPU (torch) reference ops.
 
-Each op that a device backend may replace (paged attention, the gated delta rule, the causal
-conv, sampling) is a plain `torch_*` function with the layout of its FlashInfer /
-flash-linear-attention counterpart.
+Ops a device backend may replace (paged attention, the causal conv, the gated delta rule) are
+plain `torch_*` functions with the layouts of their FlashInfer / flash-linear-attention
+counterparts, so a registry can swap them by name.
 """

@@ -34,3 +34,16 @@ def build_model(
     if path is not None:
         return model_cls.from_pretrained(path, dtype, device)
     return model_cls.from_preset(preset, seed, dtype, device)
+
+
+def vocab_size(spec) -> int:
+    """The vocabulary of a scenario's model (a ModelSpec) without building it."""
+    if spec.path is not None:
+        import json
+        from pathlib import Path
+
+        raw = json.loads((Path(spec.path) / "config.json").read_text())
+        return int(raw.get("text_config", raw)["vocab_size"])
+    from engine.models.qwen35 import PRESETS
+
+    return PRESETS[spec.preset].vocab_size

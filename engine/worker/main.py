@@ -13,7 +13,6 @@ import json
 import logging
 import os
 import signal
-import sys
 
 import msgspec
 import zmq
@@ -39,11 +38,11 @@ def _die_with_parent() -> None:
         pass
 
 
-def _sinks(ctx: zmq.Context, server: str) -> list:
+def _sinks(ctx: zmq.Context) -> list:
     sinks = []
     if addr := env.SPAN_ADDR.raw():
         pub = ctx.socket(zmq.PUB)
-        pub.setsockopt(zmq.LINGER, 2000)
+        pub.setsockopt(zmq.LINGER, 2000)  # the last window still goes out at shutdown
         pub.connect(addr)
         sinks.append(zmq_sink(pub))
     if path := env.SPAN_FILE.raw():
@@ -70,7 +69,7 @@ def run(model_spec: ModelSpec, config: EngineConfig, ipc_dir: str, server: str, 
     outbox = ctx.socket(zmq.PUSH)
     outbox.setsockopt(zmq.LINGER, 1000)
     outbox.connect(f"ipc://{ipc_dir}/from_worker")
-    timer = PhaseTimer(period, server, _sinks(ctx, server))
+    timer = PhaseTimer(period, server, _sinks(ctx))
 
     def send(msg: msgspec.Struct) -> None:
         outbox.send(encode(msg))
@@ -97,7 +96,9 @@ def run(model_spec: ModelSpec, config: EngineConfig, ipc_dir: str, server: str, 
     poller = zmq.Poller()
     poller.register(inbox, zmq.POLLIN)
     parent = os.getppid()
-    while True:
+    terminated = []
+    signal.signal(signal.SIGTERM, lambda *_: terminated.append(True))
+    while not terminated:
         busy = engine.scheduler.has_work()
         if not busy and not poller.poll(timeout=200):
             if os.getppid() != parent:
@@ -117,10 +118,9 @@ def run(model_spec: ModelSpec, config: EngineConfig, ipc_dir: str, server: str, 
         if stop:
             break
         worker.iteration()
-    timer.flush()
+    timer.flush()  # the last, partial window
     inbox.close(0)
-    outbox.close()
-    ctx.term()
+    ctx.destroy(linger=2000)  # closes the outbox and the span socket, sending what is queued
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -131,7 +131,6 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s worker %(levelname)s %(message)s")
     _die_with_parent()
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     spec = json.loads(args.spec)
     run(
         ModelSpec(**spec["model"]),

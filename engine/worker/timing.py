@@ -29,6 +29,8 @@ class SpanWindowRecord(msgspec.Struct):
     p50: float
     p95: float
     max: float
+    start_unix: float  # wall time the window opened
+    end_unix: float  # wall time it was emitted
 
 
 class PhaseTimer:
@@ -40,6 +42,7 @@ class PhaseTimer:
         self.iteration = 0
         self._first_iter = 1
         self._rows = 0
+        self._start_unix = time.time()
         self._spans: dict[str, list[int]] = defaultdict(list)
         self._counts: dict[str, list[int]] = defaultdict(list)
 
@@ -58,6 +61,7 @@ class PhaseTimer:
     def records(self) -> list[SpanWindowRecord]:
         iterations = self.iteration - self._first_iter + 1
         mean_batch = self._rows / iterations if iterations else 0.0
+        end_unix = time.time()
         out = []
         for kind, table in (("span", self._spans), ("count", self._counts)):
             for name, values in sorted(table.items()):
@@ -77,6 +81,8 @@ class PhaseTimer:
                         float(p50),
                         float(p95),
                         float(arr.max()),
+                        self._start_unix,
+                        end_unix,
                     )
                 )
         return out
@@ -90,6 +96,7 @@ class PhaseTimer:
         self._counts.clear()
         self._rows = 0
         self._first_iter = self.iteration + 1
+        self._start_unix = time.time()
 
 
 def jsonl_sink(path: str):

@@ -1,0 +1,106 @@
+"""`bench run SCENARIO --concurrency C [--abba]`: two arms, fresh servers, a verdict."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from engine.config import ConfigError, load_scenario
+from harness.arms import resolve_arms
+from harness.errors import BenchError, fail
+from harness.loadgen import build_requests
+from harness.progress import RunProgress
+from harness.results import RunDir, machine, new_run_id
+from harness.runner import RunPlan, execute
+from harness.summarize import summarize
+
+RESULTS = Path(__file__).resolve().parents[2] / "results"
+
+
+def main(
+    scenario: str = typer.Argument(..., help="Scenario name (bench scenarios lists them)."),
+    concurrency: int = typer.Option(..., "--concurrency", "-c", min=1, help="Requests in flight."),
+    abba: bool = typer.Option(False, "--abba", help="Run A B B A blocks (else A B)."),
+    blocks: int = typer.Option(1, min=1, help="Repeat the block this many times."),
+    arm: list[str] = typer.Option([], "--arm", help="NAME=SPEC, twice (A then B)."),
+    requests: int | None = typer.Option(None, min=1, help="Measured requests per server."),
+    duration: float | None = typer.Option(None, min=0.1, help="Seconds of load per server."),
+    warmup: int | None = typer.Option(None, min=0, help="Warmup requests per server."),
+    period: int = typer.Option(100, min=1, help="Span window in worker iterations."),
+    size: str | None = typer.Option(None, help="Model size (default: by machine)."),
+    out: Path | None = typer.Option(None, help="Run directory (default results/<run-id>)."),
+    shards: int = typer.Option(1, min=1, help="Client processes for the load."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+) -> None:
+    """Compare two arms on fresh servers; exit 1 when B's headline figure is slower."""
+    console = Console(stderr=True, highlight=False)
+    if requests is not None and duration is not None:
+        fail("give --requests or --duration, not both")
+    try:
+        resolved = load_scenario(scenario, size)
+        arms = resolve_arms(arm)
+    except (ConfigError, BenchError) as exc:
+        fail(str(exc))
+    for a in arms:
+        if any(key.startswith("load.") for key in a.overrides):
+            fail(f"arm {a.name} overrides the load; both arms must see the same requests")
+    load = resolved.load
+    warm = load.warmup if warmup is None else warmup
+    measured = load.requests if requests is None else requests
+    count = warm + (measured if duration is None else 1_000_000)
+    if resolved.size_reason != "asked for":
+        console.print(f"size [bold]{resolved.size}[/] ({resolved.size_reason})")
+    same = arms[0].same_code_as(arms[1])
+    if same:
+        console.print("arms A and B run the same code and settings: this is an A/A check")
+    letters = (["A", "B", "B", "A"] if abba else ["A", "B"]) * blocks
+    plan = RunPlan(
+        scenario=resolved,
+        arms={a.letter: a for a in arms},
+        letters=letters,
+        block_size=4 if abba else 2,
+        concurrency=concurrency,
+        requests=build_requests(load, _vocab(resolved), count),
+        warmup=warm,
+        period=period,
+        duration_s=duration,
+        shards=shards,
+    )
+    run_id = new_run_id(resolved.name)
+    rundir = RunDir(out or RESULTS / run_id)
+    rundir.write_manifest({
+        "run_id": run_id, "command": " ".join(sys.argv), "scenario": resolved.to_dict(),
+        "arms": [a.manifest() for a in arms], "aa_check": same, "schedule": letters,
+        "concurrency": concurrency, "requests": measured, "duration_s": duration,
+        "warmup": warm, "period": period, "machine": machine(), "complete": False,
+    })  # fmt: skip
+    try:
+        with RunProgress(console, len(letters), measured + warm) as progress:
+            complete = execute(plan, rundir, progress.show)
+    except BenchError as exc:
+        rundir.update_manifest(complete=False, error=str(exc))
+        fail(f"{exc} (partial results in {rundir.path})")
+    rundir.update_manifest(complete=complete)
+    result = summarize(rundir.path)
+    if as_json:
+        print(json.dumps(result.to_json(), indent=2))
+    else:
+        from harness.compare import render
+
+        Console().print(render(result))
+        console.print(f"results: {rundir.path}")
+    if not complete:
+        console.print("[yellow]interrupted: the results above cover what was measured[/]")
+        raise typer.Exit(130)
+    if result.regression:
+        raise typer.Exit(1)
+
+
+def _vocab(scenario) -> int:
+    from engine.models import vocab_size
+
+    return vocab_size(scenario.model)

@@ -1,0 +1,41 @@
+"""`bench serve`: `python -m engine serve` with the harness's defaults, in the foreground."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import typer
+
+from harness.errors import fail
+from harness.server import port_in_use
+
+
+def main(
+    scenario: str = typer.Argument(..., help="Scenario name or YAML path."),
+    size: str | None = typer.Option(None, help="Model size (default: by machine)."),
+    host: str = typer.Option("127.0.0.1", help="Address to bind."),
+    port: int = typer.Option(8000, help="TCP port."),
+    overrides: str | None = typer.Option(None, "--set", help="key=value,... scenario overrides."),
+    period: int = typer.Option(0, min=0, help="Phase timing period in iterations (0: off)."),
+    span_file: str | None = typer.Option(None, help="Append span records to this JSONL file."),
+) -> None:
+    """Start an engine server (API + worker) until Ctrl-C."""
+    if port_in_use(port, host):
+        fail(f"port {port} is in use; pick another with --port")
+    cmd = [sys.executable, "-m", "engine", "serve", scenario, "--host", host, "--port", str(port)]
+    if size:
+        cmd += ["--size", size]
+    if overrides:
+        cmd += ["--set", overrides]
+    env = dict(os.environ)
+    if period:
+        env["BENCH_PHASE_TIMING"] = str(period)
+    if span_file:
+        env["BENCH_SPAN_FILE"] = span_file
+    try:
+        code = subprocess.call(cmd, env=env)
+    except KeyboardInterrupt:
+        code = 130
+    raise typer.Exit(code)
