@@ -56,7 +56,7 @@ def test_declared_policy_equals_check_stop(batch, kind):
         range(len(tokens)), ["decode"] * len(tokens), tokens, counts, max_tokens, ignore
     )
     model = node.check_stop(rows)
-    assert not missed.any()
+    assert missed is None
     np.testing.assert_array_equal(stopped, model.stopped)
     np.testing.assert_array_equal(by_token, model.by_token)
 

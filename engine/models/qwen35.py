@@ -29,8 +29,10 @@ from engine.worker.kv_cache import CacheShapes, KVCache
 
 FULL, LINEAR = "full_attention", "linear_attention"
 
+
 class CheckpointError(ValueError):
     """A checkpoint directory that does not fit the model; the message names what is wrong."""
+
 
 @dataclass(frozen=True)
 class Qwen35Config:
@@ -101,6 +103,7 @@ class Qwen35Config:
             eos_token_ids=tuple(eos),
         )
 
+
 # fmt: off
 PRESETS: dict[str, Qwen35Config] = {
     # Published Qwen3.5-0.8B text shapes. EOS: <|im_end|> (generation_config) and <|endoftext|>.
@@ -120,6 +123,7 @@ PRESETS: dict[str, Qwen35Config] = {
 }
 # fmt: on
 
+
 class Qwen35MLP(nn.Module):
     def __init__(self, hidden: int, intermediate: int):
         super().__init__()
@@ -129,6 +133,7 @@ class Qwen35MLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
 
 class Qwen35DecoderLayer(nn.Module):
     """One pre-norm block; `cache_index` is its position among the layers of its type, i.e.
@@ -172,6 +177,7 @@ class Qwen35DecoderLayer(nn.Module):
     def _mlp(self, x: torch.Tensor) -> torch.Tensor:
         return x + self.mlp(self.post_attention_layernorm(x))
 
+
 class Qwen35Model(nn.Module):
     """The `model.` namespace of the checkpoints: embeddings, layers, final norm."""
 
@@ -183,6 +189,7 @@ class Qwen35Model(nn.Module):
             Qwen35DecoderLayer(config, kind, types[:i].count(kind)) for i, kind in enumerate(types)
         )
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+
 
 class Qwen35ForCausalLM(nn.Module):
     def __init__(self, config: Qwen35Config):
@@ -275,6 +282,7 @@ class Qwen35ForCausalLM(nn.Module):
         _load_safetensors(model, sorted(root.glob("*.safetensors")))
         return model
 
+
 # Residual writes (o_proj, out_proj, down_proj) at gain / sqrt(2 * layers) of fan-in scale:
 # with gain 1 the embedding dominates the residual stream and a random model, whose LM head is
 # that embedding, greedily repeats its input token; at 4 the layers dominate and greedy output
@@ -309,7 +317,9 @@ def _random_weight(
             std /= math.sqrt(2 * config.num_hidden_layers) / RESIDUAL_GAIN
     return torch.randn(shape, generator=gen) * std
 
+
 _IGNORED_PREFIXES = ("model.visual.", "visual.", "mtp.", "model.mtp.")
+
 
 def _our_name(key: str, config: Qwen35Config) -> str | None:
     """Checkpoint name -> parameter name; None for tensors this text model does not use."""
@@ -320,6 +330,7 @@ def _our_name(key: str, config: Qwen35Config) -> str | None:
     if key.startswith("model.language_model."):
         return "model." + key.removeprefix("model.language_model.")
     return key
+
 
 def _load_safetensors(model: Qwen35ForCausalLM, files: list[Path]) -> None:
     if not files:

@@ -146,7 +146,7 @@ class PhasedPostprocess:
         else:
             stopped, by_token, missed = decided
             check = StopCheck(stopped, by_token, np.zeros(rows, dtype=bool))
-        if missed.any():
+        if missed is not None and missed.any():
             idx = np.flatnonzero(missed)
             answer: StopCheck = yield Break(PostprocessNeed.STOPS, out, rows=idx)
             check.stopped[idx] = answer.stopped

@@ -18,31 +18,34 @@ MAX_EOS = 8  # EOS ids a request may carry; more is a configuration error
 
 
 class _WalkLimits:
-    """Stop limits of one walk, one column per field, indexed by handle."""
+    """Stop limits of one walk, packed in one int64 row per handle so a step gathers them
+    with a single take: [cap, registered, stop_token_0, stop_token_1, ...] (padded -1)."""
+
+    CAP, HAS, STOP = 0, 1, 2
 
     def __init__(self, capacity: int):
-        self.has = np.zeros(capacity, dtype=bool)
-        self.caps = np.zeros(capacity, dtype=np.int64)
-        self.ignore_eos = np.zeros(capacity, dtype=bool)
-        self.eos = np.full((capacity, MAX_EOS), -1, dtype=np.int64)
+        self.packed = np.zeros((capacity, self.STOP + MAX_EOS), dtype=np.int64)
+        self.packed[:, self.STOP :] = -1
+        self.width = self.STOP + 1  # columns in use: up to the widest stop-token list
 
     def set(self, handle: int, limits: StopLimits) -> None:
         if len(limits.eos_ids) > MAX_EOS:
             raise ValueError(f"at most {MAX_EOS} EOS ids, got {len(limits.eos_ids)}")
-        self.caps[handle] = limits.max_iters
-        self.ignore_eos[handle] = limits.ignore_eos
-        self.eos[handle] = -1
-        self.eos[handle, : len(limits.eos_ids)] = limits.eos_ids
-        self.has[handle] = True
+        stop = limits.stop_tokens
+        row = self.packed[handle]
+        row[self.STOP :] = -1
+        row[self.STOP : self.STOP + len(stop)] = stop
+        row[self.CAP] = limits.max_iters
+        row[self.HAS] = 1
+        self.width = max(self.width, self.STOP + len(stop))
 
     def grow(self, extra: int) -> None:
-        self.has = np.concatenate([self.has, np.zeros(extra, dtype=bool)])
-        self.caps = np.concatenate([self.caps, np.zeros(extra, dtype=np.int64)])
-        self.ignore_eos = np.concatenate([self.ignore_eos, np.zeros(extra, dtype=bool)])
-        self.eos = np.concatenate([self.eos, np.full((extra, MAX_EOS), -1, dtype=np.int64)])
+        more = np.zeros((extra, self.packed.shape[1]), dtype=np.int64)
+        more[:, self.STOP :] = -1
+        self.packed = np.concatenate([self.packed, more])
 
     def clear(self, handle: int) -> None:
-        self.has[handle] = False
+        self.packed[handle, self.HAS] = 0
 
 
 class GraphRuntime:
@@ -55,7 +58,7 @@ class GraphRuntime:
         self.walk_of: list[str | None] = [None] * capacity
         self.iters = {loop: np.zeros(capacity, dtype=np.int64) for loop in graph.loops}
         self._limits = {walk: _WalkLimits(capacity) for walk in graph.walks}
-        self._policies: dict[str, dict[str, StopPolicy]] = {}
+        self._policies: dict[str, tuple[str, StopPolicy]] = {}
 
     # --- declarations, once at startup -------------------------------------------------
     def declare_stop_policies(self, walk: str, policies: dict[str, StopPolicy] | None) -> None:
@@ -63,11 +66,10 @@ class GraphRuntime:
             if self.graph.loops.get(loop) != walk:
                 raise ValueError(f"policy for loop {loop!r}, which walk {walk!r} does not run")
         if policies:
-            self._policies[walk] = policies
+            self._policies[walk] = next(iter(policies.items()))  # one loop per walk
 
     def policy_for(self, walk: str) -> tuple[str, StopPolicy] | None:
-        policies = self._policies.get(walk)
-        return next(iter(policies.items())) if policies else None
+        return self._policies.get(walk)
 
     # --- requests ------------------------------------------------------------------------
     def add_request(self, rid: int) -> int:
@@ -120,24 +122,25 @@ class GraphRuntime:
     # --- the stop check ------------------------------------------------------------------
     def check_stops(
         self, walk: str, handles: np.ndarray, tokens: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None] | None:
         """(stopped, by_token, missed) for rows of one walk; None when no policy is declared.
 
-        `missed` marks rows whose limits are not registered: the model's check_stop decides
-        those (the STOPS break)."""
-        declared = self.policy_for(walk)
+        `missed` marks rows whose limits are not registered (None when there are none): the
+        model's check_stop decides those (the STOPS break)."""
+        declared = self._policies.get(walk)
         if declared is None:
             return None
         loop, policy = declared
         table = self._limits[walk]
+        rows = table.packed[:, : table.width].take(handles, axis=0)
         cols = StopColumns(
-            counts=self.iters[loop][handles],
-            caps=table.caps[handles],
-            ignore_eos=table.ignore_eos[handles],
-            eos=table.eos[handles],
+            self.iters[loop].take(handles), rows[:, table.CAP], rows[:, table.STOP :]
         )
         stopped, by_token = policy.stops(tokens, cols)
         if policy.kind is StopKind.EOS:  # the loop's cap is its budget; the runtime enforces it
             stopped = stopped | (cols.counts >= cols.caps)
-        missed = ~table.has[handles]
-        return stopped & ~missed, by_token & ~missed, missed
+        has = rows[:, table.HAS]
+        if has.all():
+            return stopped, by_token, None
+        has = has.astype(bool)
+        return stopped & has, by_token & has, ~has

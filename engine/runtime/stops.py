@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -27,15 +28,19 @@ class StopLimits:
     eos_ids: tuple[int, ...] = ()
     ignore_eos: bool = False
 
+    @property
+    def stop_tokens(self) -> tuple[int, ...]:
+        """The tokens that end the loop: the EOS ids, or none under ignore_eos. The one place
+        ignore_eos is applied; every stop check reads this."""
+        return () if self.ignore_eos else tuple(self.eos_ids)
 
-@dataclass(frozen=True)
-class StopColumns:
+
+class StopColumns(NamedTuple):
     """A step's limits gathered per row, as arrays (what `StopPolicy.stops` reads)."""
 
     counts: np.ndarray  # int64 [R], the loop's iteration count after this step
     caps: np.ndarray  # int64 [R]
-    ignore_eos: np.ndarray  # bool [R]
-    eos: np.ndarray  # int64 [R, E], padded with -1 (never a token id)
+    stop_tokens: np.ndarray  # int64 [R, E], each row's StopLimits.stop_tokens, padded with -1
 
 
 @dataclass(frozen=True)
@@ -47,7 +52,10 @@ class StopPolicy:
         """Per-row decision: (stopped, by_token). `by_token` marks EOS stops (finish 'stop')."""
         if self.kind is StopKind.ITER:
             return cols.counts >= cols.caps, np.zeros(len(tokens), dtype=bool)
-        by_token = (tokens[:, None] == cols.eos).any(axis=1) & ~cols.ignore_eos
+        stop = cols.stop_tokens
+        by_token = tokens == stop[:, 0]
+        for column in range(1, stop.shape[1]):  # a few ids: a column at a time is fastest
+            by_token |= tokens == stop[:, column]
         if self.kind is StopKind.EOS:
             return by_token, by_token
         return by_token | (cols.counts >= cols.caps), by_token
@@ -55,13 +63,12 @@ class StopPolicy:
 
 def gather_columns(limits: list[StopLimits], counts: np.ndarray) -> StopColumns:
     """Rows' limits as arrays; the runtime keeps them gathered per handle instead (runtime.py)."""
-    width = max([len(lim.eos_ids) for lim in limits] + [1])
-    eos = np.full((len(limits), width), -1, dtype=np.int64)
+    width = max([len(lim.stop_tokens) for lim in limits] + [1])
+    stop = np.full((len(limits), width), -1, dtype=np.int64)
     for row, lim in enumerate(limits):
-        eos[row, : len(lim.eos_ids)] = lim.eos_ids
+        stop[row, : len(lim.stop_tokens)] = lim.stop_tokens
     return StopColumns(
         counts=np.asarray(counts, dtype=np.int64),
         caps=np.array([lim.max_iters for lim in limits], dtype=np.int64),
-        ignore_eos=np.array([lim.ignore_eos for lim in limits], dtype=bool),
-        eos=eos,
+        stop_tokens=stop,
     )
