@@ -27,7 +27,7 @@ def decode_batches(draw):
     counts = [
         draw(st.sampled_from([m, max(2, m), draw(st.integers(2, max(2, m)))])) for m in max_tokens
     ]
-    tokens = draw(st.lists(st.sampled_from(EOS + [0, 1, 2, 11]), min_size=rows, max_size=rows))
+    tokens = draw(st.lists(st.sampled_from([*EOS, 0, 1, 2, 11]), min_size=rows, max_size=rows))
     ignore = draw(st.lists(st.booleans(), min_size=rows, max_size=rows))
     return max_tokens, counts, tokens, ignore
 
@@ -59,6 +59,14 @@ def test_declared_policy_equals_check_stop(batch, kind):
     assert missed is None
     np.testing.assert_array_equal(stopped, model.stopped)
     np.testing.assert_array_equal(by_token, model.by_token)
+    # the same policy over limits gathered row by row (rows of different stop-list widths)
+    limits = [node.stop_limits(m, ig)["decode"] for m, ig in zip(max_tokens, ignore, strict=True)]
+    cols = gather_columns(limits, np.array(counts) - 1)
+    direct, direct_tok = node.get_stop_policies("decode")[DECODE_LOOP].stops(np.array(tokens), cols)
+    if kind is StopKind.EOS:  # the loop's cap is the runtime's to enforce
+        direct = direct | (cols.counts >= cols.caps)
+    np.testing.assert_array_equal(direct, model.stopped)
+    np.testing.assert_array_equal(direct_tok, model.by_token)
 
 
 def test_every_registered_model_declares_a_checkable_policy():

@@ -135,11 +135,12 @@ class PhasedPostprocess:
         out, rows = request.output, len(handles)
         if not request.runtime_stops:
             return request.stops
-        walk = out.walk
-        token_col = out.check_stop_buffers.get("new_token")
         decided = None
-        if walk is not None and token_col is not None:
-            decided = self.runtime.check_stops(walk, handles, token_col)
+        declared = self.runtime.policy_for(out.walk) if out.walk is not None else None
+        if declared is not None:
+            tokens = out.check_stop_buffers.get(declared[1].token_column)
+            if tokens is not None:
+                decided = self.runtime.check_stops(out.walk, handles, tokens)
         if decided is None:  # nothing declared for this step: the model decides every row
             missed = np.ones(rows, dtype=bool)
             check = StopCheck.none(rows)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from engine.runtime.graph import GraphSpec
-from engine.runtime.stops import StopColumns, StopKind, StopLimits, StopPolicy
+from engine.runtime.stops import StopColumns, StopKind, StopLimits, StopPolicy, cap_reached
 from engine.worker.kv_cache import FreeList
 
 MAX_EOS = 8  # EOS ids a request may carry; more is a configuration error
@@ -138,7 +138,7 @@ class GraphRuntime:
         )
         stopped, by_token = policy.stops(tokens, cols)
         if policy.kind is StopKind.EOS:  # the loop's cap is its budget; the runtime enforces it
-            stopped = stopped | (cols.counts >= cols.caps)
+            stopped = stopped | cap_reached(cols)
         has = rows[:, table.HAS]
         if has.all():
             return stopped, by_token, None

@@ -51,14 +51,19 @@ class StopPolicy:
     def stops(self, tokens: np.ndarray, cols: StopColumns) -> tuple[np.ndarray, np.ndarray]:
         """Per-row decision: (stopped, by_token). `by_token` marks EOS stops (finish 'stop')."""
         if self.kind is StopKind.ITER:
-            return cols.counts >= cols.caps, np.zeros(len(tokens), dtype=bool)
+            return cap_reached(cols), np.zeros(len(tokens), dtype=bool)
         stop = cols.stop_tokens
         by_token = tokens == stop[:, 0]
         for column in range(1, stop.shape[1]):  # a few ids: a column at a time is fastest
             by_token |= tokens == stop[:, column]
         if self.kind is StopKind.EOS:
             return by_token, by_token
-        return by_token | (cols.counts >= cols.caps), by_token
+        return by_token | cap_reached(cols), by_token
+
+
+def cap_reached(cols: StopColumns) -> np.ndarray:
+    """The count check, in one place: the loop has run its cap of iterations."""
+    return cols.counts >= cols.caps
 
 
 def gather_columns(limits: list[StopLimits], counts: np.ndarray) -> StopColumns:

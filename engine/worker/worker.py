@@ -178,8 +178,9 @@ class Worker:
         return answer
 
     def _runtime_can_check(self, out: StepOutput) -> bool:
-        walk = out.walk
-        return walk is not None and self.runtime.policy_for(walk) is not None
+        """One walk, a declared policy, and the stop buffer its token column names."""
+        declared = self.runtime.policy_for(out.walk) if out.walk is not None else None
+        return declared is not None and declared[1].token_column in out.check_stop_buffers
 
     def _check_stop(self, out: StepOutput, rows: np.ndarray) -> StopCheck:
         reqs = [self.engine.requests[int(out.rids[i])] for i in rows]

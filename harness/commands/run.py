@@ -34,6 +34,7 @@ def main(
     size: str | None = typer.Option(None, help="Model size (default: by machine)."),
     out: Path | None = typer.Option(None, help="Run directory (default results/<run-id>)."),
     shards: int = typer.Option(1, min=1, help="Client processes for the load."),
+    report: bool = typer.Option(False, "--report", help="Write report.md and plots too."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """Compare two arms on fresh servers; exit 1 when B's headline figure is slower."""
@@ -86,6 +87,10 @@ def main(
         fail(f"{exc} (partial results in {rundir.path})")
     rundir.update_manifest(complete=complete)
     result = summarize(rundir.path)
+    if report:  # before the exit-code checks, so a regression still gets its report
+        from harness.report import write_report
+
+        console.print(f"report: {write_report(rundir.path, comparison=result)}")
     if as_json:
         print(json.dumps(result.to_json(), indent=2))
     else:
