@@ -34,6 +34,11 @@ class EngineConfig:
     state_slots: int = 512  # recurrent-state slots (one per running request)
     dtype: str = "float32"
     device: str = "cpu"
+    # Intra-op threads of the worker on a CPU. The worker shares the machine with the API
+    # server and the load generator; more threads than free cores make torch's spinning
+    # thread pools fight (measured: a tiny decode step 24 ms with 1 thread, 550 ms with 2
+    # threads on a loaded 2-core machine).
+    cpu_threads: int = 1
     runtime_stops: bool = True  # declared stop policies checked in the runtime
     # Planted slowdown of the worker loop, for `bench power` and harness tests only.
     planted_delay_us: int = 0

@@ -15,6 +15,7 @@ import os
 import signal
 
 import msgspec
+import torch
 import zmq
 
 from engine import env
@@ -52,6 +53,8 @@ def _sinks(ctx: zmq.Context) -> list:
 
 def run(model_spec: ModelSpec, config: EngineConfig, ipc_dir: str, server: str, size: str) -> None:
     period = env.phase_timing_period()
+    if config.device == "cpu":
+        torch.set_num_threads(max(1, config.cpu_threads))
     model = build_model(
         model_spec.arch,
         model_spec.preset,
