@@ -6,6 +6,7 @@ from typing import NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 _err = Console(stderr=True, highlight=False)
 
@@ -15,5 +16,5 @@ class BenchError(Exception):
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
-    _err.print(f"[bold red]error:[/] {message}")
+    _err.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
     raise typer.Exit(code)

@@ -13,13 +13,15 @@ import json
 import logging
 import os
 import signal
+import sys
 
 import msgspec
 import torch
 import zmq
 
 from engine import env
-from engine.config import EngineConfig, ModelSpec
+from engine.config import ConfigError, EngineConfig, ModelSpec
+from engine.env import EnvError
 from engine.messages import Ready, Shutdown, decode_to_worker, encode
 from engine.models import build_model
 from engine.models.nodes import build_node
@@ -135,13 +137,12 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s worker %(levelname)s %(message)s")
     _die_with_parent()
     spec = json.loads(args.spec)
-    run(
-        ModelSpec(**spec["model"]),
-        EngineConfig(**spec["engine"]),
-        args.ipc_dir,
-        args.server_id,
-        spec["size"],
-    )
+    model, engine = ModelSpec(**spec["model"]), EngineConfig(**spec["engine"])
+    try:
+        run(model, engine, args.ipc_dir, args.server_id, spec["size"])
+    except (ConfigError, EnvError) as exc:  # the user's to fix: one line, not a traceback
+        log.error("cannot start the worker: %s", exc)
+        sys.exit(2)
 
 
 if __name__ == "__main__":

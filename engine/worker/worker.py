@@ -119,6 +119,7 @@ class Worker:
             self.timer.count("worker.rows_per_step", len(rows))
             self.timer.count("worker.tokens_per_step", sum(r.num_new for r in rows))
             self.timer.count("worker.running_requests", len(self.engine.scheduler.running))
+            self.timer.count("worker.requests", len(self.engine.requests))
             self.timer.end_iteration(len(rows))
         return True
 

@@ -1,0 +1,233 @@
+"""`bench run` end to end on the CPU: files, concurrency, verdicts, interruption, failures."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from harness.compare import compare
+from harness.results import load_run
+from harness.server import port_in_use
+from harness.stats import Rule
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def bench(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "harness", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def test_aa_run_writes_every_file_and_holds_concurrency(tmp_path):
+    out = tmp_path / "run"
+    proc = bench(
+        "run",
+        "qwen35",
+        "-c",
+        "8",
+        "--abba",
+        "--requests",
+        "48",
+        "--warmup",
+        "8",
+        "--period",
+        "10",
+        "--arm",
+        "a=worktree",
+        "--arm",
+        "b=worktree",
+        "--out",
+        str(out),
+        "--json",
+    )
+    assert proc.returncode in (0, 1), proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert "A/A check" in proc.stderr
+    for name in (
+        "manifest.json",
+        "requests.parquet",
+        "spans.parquet",
+        "servers.parquet",
+        "summary.json",
+    ):
+        assert (out / name).is_file(), name
+    assert sorted(p.name for p in (out / "logs").iterdir()) == [
+        "A0.log",
+        "A3.log",
+        "B1.log",
+        "B2.log",
+    ]
+    summary = json.loads(proc.stdout)
+    assert summary["figures"] and json.loads((out / "summary.json").read_text())["complete"]
+    manifest, frames = load_run(out)
+    assert manifest["schedule"] == ["A", "B", "B", "A"] and manifest["aa_check"]
+    assert manifest["machine"]["torch"] and manifest["scenario"]["size"] == "tiny"
+    requests, spans, servers = frames["requests"], frames["spans"], frames["servers"]
+    assert len(servers) == 4 and servers["healthy"].all() and (servers["exit_code"] == 0).all()
+    assert len(requests) == 4 * 56 and (requests["status"] == 200).all()
+    # the identical request sequence for every slot
+    per_slot = requests.sort_values("index").groupby("slot")
+    prompts = [tuple(g["prompt_tokens"]) for _, g in per_slot]
+    assert len(set(prompts)) == 1
+    # server side: never more than C requests in the worker, and C while the load is steady
+    in_worker = spans[spans["name"] == "worker.requests"]
+    assert in_worker["max"].max() <= 8
+    for _, server in servers.iterrows():
+        rows = in_worker[in_worker["slot"] == server["slot"]]
+        start = server["t0_unix"] + server["steady_start_s"] + 0.1
+        end = server["t0_unix"] + server["steady_end_s"] - 0.1
+        steady = rows[(rows["start_unix"] >= start) & (rows["end_unix"] <= end)]
+        assert len(steady) >= 1
+        # C, except for the iterations between a reply and the client's next request: with
+        # this scenario's short replies (16-48 tokens) a request ends every few iterations
+        assert (steady["p50"] >= 7).all()
+        assert steady["sum"].sum() / steady["n"].sum() >= 7.5
+    # an A/A run gets no change (checked at 99.9% so the test itself does not flake)
+    strict = compare(requests, spans, servers, {"A": "a", "B": "b"}, rule=Rule(level=0.999))
+    headline = next(f for f in strict.figures if f.figure == strict.headline)
+    assert headline.change.verdict not in ("faster", "slower")
+
+
+def test_planted_slowdown_is_found(tmp_path):
+    out = tmp_path / "run"
+    delay_ms = 20.0
+    proc = bench(
+        "run",
+        "qwen35",
+        "-c",
+        "8",
+        "--abba",
+        "--requests",
+        "24",
+        "--warmup",
+        "4",
+        "--period",
+        "10",
+        "--arm",
+        "base=worktree",
+        "--arm",
+        f"slow=engine.planted_delay_us={int(delay_ms * 1000)}",
+        "--out",
+        str(out),
+        "--json",
+    )
+    assert proc.returncode == 1, proc.stderr  # a regression exits 1
+    summary = json.loads(proc.stdout)
+    figures = {f["figure"]: f for f in summary["figures"]}
+    tok = figures[summary["headline"]]
+    assert tok["change"]["verdict"] == "slower"
+    work = next(p for p in summary["phases"] if p["name"] == "postprocess work")
+    assert work["change"]["verdict"] == "slower"
+    # the planted delay is inside the postprocess work: B - A is the delay
+    assert 0.8 * delay_ms < work["b_ms"] - work["a_ms"] < 1.5 * delay_ms
+
+
+def test_interrupt_stops_servers_and_keeps_what_was_measured(tmp_path):
+    out = tmp_path / "run"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "run",
+            "qwen35",
+            "-c",
+            "4",
+            "--abba",
+            "--requests",
+            "5000",
+            "--arm",
+            "a=worktree",
+            "--arm",
+            "b=worktree",
+            "--out",
+            str(out),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 120
+    log = out / "logs" / "A0.log"
+    while time.monotonic() < deadline and not (log.exists() and "listening" in log.read_text()):
+        time.sleep(0.2)
+    time.sleep(3)  # some requests complete
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["complete"] is False
+    requests = pd.read_parquet(out / "requests.parquet")
+    servers = pd.read_parquet(out / "servers.parquet")
+    assert len(servers) == 1 and servers["error"].iloc[0] == "interrupted"
+    assert (requests["status"] == 200).sum() > 0
+    port = int(servers["port"].iloc[0])
+    assert not port_in_use(port)
+    left = subprocess.run(["pgrep", "-f", f"--port {port}"], capture_output=True, text=True)
+    assert left.stdout.strip() == ""
+    assert "did not finish" in json.loads((out / "summary.json").read_text())["doubts"][0]
+
+
+def test_server_that_fails_to_start_is_one_line_pointing_at_its_log(tmp_path):
+    out = tmp_path / "run"
+    proc = bench(
+        "run",
+        "qwen35",
+        "-c",
+        "2",
+        "--requests",
+        "4",
+        "--warmup",
+        "0",
+        "--arm",
+        "a=worktree",
+        "--arm",
+        "b=engine.kv_pages=1",
+        "--out",
+        str(out),
+    )
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    assert "before becoming healthy" in proc.stderr and "B1.log" in proc.stderr
+    assert "kv_pages" in (out / "logs" / "B1.log").read_text()
+    servers = pd.read_parquet(out / "servers.parquet")
+    assert servers["healthy"].tolist() == [True, False]
+    assert json.loads((out / "manifest.json").read_text())["complete"] is False
+
+
+@pytest.mark.parametrize("args,message", [
+    (["run", "nosuch", "-c", "4"], "unknown scenario 'nosuch'; known scenarios: qwen35"),
+    (["run", "qwen35", "-c", "4", "--arm", "a=no-such-ref", "--arm", "b=worktree"],
+     "does not resolve"),
+    (["run", "qwen35", "-c", "4", "--arm", "a=worktree"], "give two --arm options"),
+    (["run", "qwen35", "-c", "4", "--requests", "3", "--duration", "2"], "not both"),
+])  # fmt: skip
+def test_bad_cli_input_is_one_line(args, message):
+    proc = bench(*args, timeout=60)
+    assert proc.returncode == 2
+    assert message in proc.stderr and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_readme_main_command_finishes_on_the_cpu(tmp_path):
+    """`bench run qwen35 --concurrency 64 --abba` with the README's defaults picks tiny."""
+    proc = bench("run", "qwen35", "--concurrency", "64", "--abba", "--out", str(tmp_path / "r"))
+    assert proc.returncode in (0, 1), proc.stderr
+    assert "size tiny (no CUDA on this machine)" in proc.stderr
+    servers = pd.read_parquet(tmp_path / "r" / "servers.parquet")
+    assert len(servers) == 4 and (servers["failures"] == 0).all()
