@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -102,9 +103,13 @@ def cuda_available() -> bool:
 
 
 def parse_overrides(text: str | None) -> dict[str, object]:
-    """`engine.mixing=true,load.requests=64` -> {"engine.mixing": True, "load.requests": 64}."""
+    """`engine.mixing=true,load.requests=64` -> {"engine.mixing": True, "load.requests": 64}.
+
+    A comma starts a new item only when a `key=` follows it, so `model.eos_token_ids=[1,2]`
+    stays one item."""
     out: dict[str, object] = {}
-    for item in filter(None, (part.strip() for part in (text or "").split(","))):
+    parts = re.split(r",(?=\s*[A-Za-z_][\w.]*=)", text or "")
+    for item in filter(None, (part.strip() for part in parts)):
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise ConfigError(f"override {item!r} is not key=value (e.g. engine.mixing=true)")

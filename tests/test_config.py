@@ -1,0 +1,41 @@
+"""Scenarios: sizes by machine, typed overrides, clear errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.config import ConfigError, load_scenario, parse_overrides
+
+
+def test_default_size_follows_the_machine():
+    s = load_scenario("qwen35")
+    assert s.size == "tiny" and s.size_reason == "no CUDA on this machine"
+    assert s.engine.device == "cpu" and s.load.output_tokens == (16, 48)
+    big = load_scenario("qwen35", "0.8b")
+    assert big.model.preset == "0.8b" and big.engine.dtype == "bfloat16"
+    assert big.load.output_tokens == (256, 512)  # the reference engine's qwen35 runs
+
+
+def test_overrides_are_typed():
+    s = load_scenario("qwen35", "tiny", parse_overrides("engine.mixing=true,engine.max_rows=32"))
+    assert s.engine.mixing is True and s.engine.max_rows == 32
+    s = load_scenario(
+        "qwen35", "tiny", parse_overrides("model.eos_token_ids=[5, 6],engine.mixing=true")
+    )
+    assert s.model.eos_token_ids == [5, 6] and s.engine.mixing is True
+
+
+@pytest.mark.parametrize("name,size,overrides,message", [
+    ("nosuch", None, "", "unknown scenario 'nosuch'; known scenarios: qwen35"),
+    ("qwen35", "huge", "", "has no size 'huge'"),
+    ("qwen35", "tiny", "engine.mixing=maybe", "engine.mixing must be true or false"),
+    ("qwen35", "tiny", "engine.max_rows=-1", "must not be negative"),
+    ("qwen35", "tiny", "engine.max_rows=1.5", "must be an integer"),
+    ("qwen35", "tiny", "engine.nosuch=1", "unknown setting engine.nosuch"),
+    ("qwen35", "tiny", "load.prompt_tokens=[5,2]", "1 <= low <= high"),
+    ("qwen35", "tiny", "mixing=true", "must be model.X, engine.X or load.X"),
+    ("qwen35", "tiny", "engine.mixing", "is not key=value"),
+])  # fmt: skip
+def test_bad_scenarios_and_overrides_are_clear_errors(name, size, overrides, message):
+    with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("(", r"\(")):
+        load_scenario(name, size, parse_overrides(overrides))
