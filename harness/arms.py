@@ -53,8 +53,11 @@ def git(*args: str, cwd: Path = REPO) -> str:
     return proc.stdout.strip()
 
 
-def _tree_state() -> tuple[str, bool, str | None]:
-    """HEAD, whether the tree differs from it, and a hash of the difference."""
+def _tree_state() -> tuple[str | None, bool, str | None]:
+    """HEAD, whether the tree differs from it, and a hash of the difference (all unknown
+    outside a git checkout, e.g. a copied tree on a remote machine)."""
+    if not (REPO / ".git").exists():
+        return None, False, None
     head = git("rev-parse", "HEAD")
     diff = subprocess.run(["git", "diff", "HEAD", "--binary"], cwd=REPO, capture_output=True).stdout
     untracked = git("ls-files", "--others", "--exclude-standard")
