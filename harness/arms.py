@@ -56,9 +56,10 @@ def git(*args: str, cwd: Path = REPO) -> str:
 def _tree_state() -> tuple[str | None, bool, str | None]:
     """HEAD, whether the tree differs from it, and a hash of the difference (all unknown
     outside a git checkout, e.g. a copied tree on a remote machine)."""
-    if not (REPO / ".git").exists():
+    probe = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True)
+    if probe.returncode != 0:
         return None, False, None
-    head = git("rev-parse", "HEAD")
+    head = probe.stdout.strip()
     diff = subprocess.run(["git", "diff", "HEAD", "--binary"], cwd=REPO, capture_output=True).stdout
     untracked = git("ls-files", "--others", "--exclude-standard")
     if not diff and not untracked:
