@@ -72,7 +72,7 @@ class Postprocess:
         self.rt = rt
 
     def time_begin_resume(self, batch):
-        out = StepOutput(self.rids, ["decode"] * batch, self.tokens,
+        out = StepOutput(self.rids, self.rt.handles(self.rids), ["decode"] * batch, self.tokens,
                          check_stop_buffers={"new_token": self.tokens})  # fmt: skip
         self.pp.begin(PostprocessRequest(out, True))
 

@@ -36,10 +36,11 @@ def _runtime(node, requests, register=True):
     return rt
 
 
-def _output(rids, walks, tokens, logprobs=None):
+def _output(handles, rids, walks, tokens, logprobs=None):
     tokens = np.asarray(tokens, dtype=np.int64)
     return StepOutput(
         np.asarray(rids, dtype=np.int64),
+        np.asarray(handles, dtype=np.int64).reshape(-1),
         list(walks),
         tokens,
         None if logprobs is None else np.asarray(logprobs, dtype=np.float32),
@@ -115,6 +116,7 @@ def test_phased_equals_reference_through_a_speculated_decode_loop(kind, seed):
     live = set(requests)
     walks = dict.fromkeys(requests, "prefill")
     launched = sorted(live)  # step 0's rows
+    launched_handles = [rt.handle(r) for r in launched]  # captured at launch, as the worker does
     want_logprobs = bool(seed % 2)
     for _ in range(12):
         if not launched:
@@ -123,12 +125,14 @@ def test_phased_equals_reference_through_a_speculated_decode_loop(kind, seed):
         step_walks = [walks[r] for r in launched]
         lps = rng.normal(size=len(launched)) if want_logprobs else None
         next_launch = sorted(live)  # speculated: stops of this step not yet known
+        next_handles = [rt.handle(r) for r in next_launch]
         # what the worker knows: rows removed earlier are gone; the rest get this token
         kept = [i for i, r in enumerate(launched) if r in live]
         for i in kept:
             counts[launched[i]] += 1
-        out = _output(launched, step_walks, tokens, lps)
+        out = _output(launched_handles, launched, step_walks, tokens, lps)
         kept_out = _output(
+            [launched_handles[i] for i in kept],
             [launched[i] for i in kept],
             [step_walks[i] for i in kept],
             tokens[kept],
@@ -160,7 +164,7 @@ def test_phased_equals_reference_through_a_speculated_decode_loop(kind, seed):
             live.discard(rid)
         for rid in live:
             walks[rid] = "decode"
-        launched = next_launch
+        launched, launched_handles = next_launch, next_handles
     assert rt.num_requests == len(live)
 
 
@@ -172,7 +176,8 @@ def test_decode_step_without_stops_takes_no_break():
         rt.walk_of[rt.handle(rid)] = "decode"
     driver = Driver(node, requests, {0: 2, 1: 2})
     result = driver.run(
-        PhasedPostprocess(rt), PostprocessRequest(_output([0, 1], ["decode"] * 2, [1, 5]), True)
+        PhasedPostprocess(rt),
+        PostprocessRequest(_output(rt.handles([0, 1]), [0, 1], ["decode"] * 2, [1, 5]), True),
     )
     assert driver.breaks == []
     assert [f.finish_reason for f in result.frames] == [None, None]  # 1 ignores EOS
@@ -194,7 +199,7 @@ def test_recycled_handle_has_no_limits_until_registered():
     requests = {1: (3, False)}
     driver = Driver(node, requests, {1: 3})
     result = driver.run(
-        PhasedPostprocess(rt), PostprocessRequest(_output([1], ["decode"], [1]), True)
+        PhasedPostprocess(rt), PostprocessRequest(_output([new], [1], ["decode"], [1]), True)
     )
     assert driver.breaks == [PostprocessNeed.STOPS, PostprocessNeed.SEND]
     assert result.finished == [1] and result.frames[0].finish_reason == "length"
@@ -218,7 +223,7 @@ def test_end_partition_inside_a_loop_fails_the_row():
     node = Rogue(EOS)
     rt = _runtime(node, {0: (9, False), 1: (9, False)})
     rt.walk_of[rt.handle(1)] = "decode"
-    out = _output([0, 1], ["prefill", "decode"], [1, 1])
+    out = _output(rt.handles([0, 1]), [0, 1], ["prefill", "decode"], [1, 1])
     stops = Driver(node, {0: (9, False), 1: (9, False)}, {0: 1, 1: 2}).check(out, np.arange(2))
     result = Driver(node, {}, {}).run(PhasedPostprocess(rt), PostprocessRequest(out, False, stops))
     assert result.finished == [0] and result.failed == [1]

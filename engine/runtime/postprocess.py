@@ -30,16 +30,26 @@ class StepOutput:
     """A step's outputs on the host, row-aligned: only rows that sampled a token."""
 
     rids: np.ndarray  # int64 [R]
+    handles: np.ndarray  # int64 [R], each row's runtime handle when the step was launched
     row_walks: list[str]
     tokens: np.ndarray  # int64 [R]
     logprobs: np.ndarray | None = None  # float32 [R] when any row asked for log-probs
     check_stop_buffers: dict[str, np.ndarray] = field(default_factory=dict)
+    walk: str | None = field(init=False)  # the step's walk; None when it mixes walks
 
-    @property
-    def walk(self) -> str | None:
-        """The step's walk, or None when it mixes walks."""
-        first = self.row_walks[0] if self.row_walks else None
-        return first if all(w == first for w in self.row_walks) else None
+    def __post_init__(self) -> None:
+        walks = set(self.row_walks)
+        self.walk = walks.pop() if len(walks) == 1 else None
+
+    def subset(self, idx: np.ndarray) -> StepOutput:
+        return StepOutput(
+            rids=self.rids[idx],
+            handles=self.handles[idx],
+            row_walks=[self.row_walks[i] for i in idx],
+            tokens=self.tokens[idx],
+            logprobs=None if self.logprobs is None else self.logprobs[idx],
+            check_stop_buffers={k: v[idx] for k, v in self.check_stop_buffers.items()},
+        )
 
 
 @dataclass
@@ -98,13 +108,19 @@ class PhasedPostprocess:
         rt = self.runtime
         request = _drop_removed(request, rt)
         out = request.output
-        handles = rt.handles(out.rids)
-        walks = np.array(out.row_walks)
-        for loop, walk in rt.graph.loops.items():  # this step is one more iteration
-            rt.iters[loop][handles[walks == walk]] += 1
+        handles = out.handles
+        if out.walk is not None:  # one walk: whole-array updates
+            loop = rt.graph.loop_of(out.walk)
+            if loop is not None:  # this step is one more iteration of the loop
+                rt.iters[loop][handles] += 1
+            in_loop = np.full(len(handles), loop is not None)
+        else:
+            walks = np.array(out.row_walks)
+            for loop, walk in rt.graph.loops.items():
+                rt.iters[loop][handles[walks == walk]] += 1
+            in_loop = np.isin(walks, list(rt.graph.loops.values()))
 
         check = yield from self._check_stops(request, handles)
-        in_loop = np.isin(walks, list(rt.graph.loops.values()))
         failed = np.zeros(len(handles), dtype=bool)
         failed[check.failed] = True
         failed |= check.end_partition & in_loop  # a loop cannot end its partition mid-way
@@ -161,19 +177,11 @@ def _drop_removed(request: PostprocessRequest, rt: GraphRuntime) -> PostprocessR
     """A step launched before an earlier step's stops were known (speculated) carries rows
     that have since been removed: they are dropped, with no frame."""
     out = request.output
-    keep = np.fromiter(
-        (rt.has_request(r) for r in out.rids.tolist()), dtype=bool, count=len(out.rids)
-    )
+    keep = rt.rid_of[out.handles] == out.rids  # a removed handle is free or someone else's
     if keep.all():
         return request
     idx = np.flatnonzero(keep)
-    kept = StepOutput(
-        rids=out.rids[idx],
-        row_walks=[out.row_walks[i] for i in idx],
-        tokens=out.tokens[idx],
-        logprobs=None if out.logprobs is None else out.logprobs[idx],
-        check_stop_buffers={k: v[idx] for k, v in out.check_stop_buffers.items()},
-    )
+    kept = out.subset(idx)
     stops = request.stops
     if stops is not None:
         stops = StopCheck(

@@ -39,6 +39,7 @@ class PendingStep:
         rows = [self.rows[i] for i in self.sampled]
         return StepOutput(
             rids=np.fromiter((r.request.rid for r in rows), dtype=np.int64, count=len(rows)),
+            handles=np.fromiter((r.request.handle for r in rows), dtype=np.int64, count=len(rows)),
             row_walks=[r.walk for r in rows],
             tokens=tokens,
             logprobs=None if self.logprobs is None else self.logprobs.float().cpu().numpy(),

@@ -19,6 +19,7 @@ class Request:
     num_cached: int = 0  # tokens whose K/V (and recurrent state) the cache holds
     pages: list[int] = field(default_factory=list)
     slot: int | None = None
+    handle: int | None = None  # the graph runtime's handle, set when the worker registers it
 
     def __post_init__(self) -> None:
         if not self.tokens:

@@ -72,9 +72,9 @@ class Worker:
         t0 = now_ns() if timing else 0
         prompt = list(msg.prompt)  # the engine's own copy of the prompt
         t1 = now_ns() if timing else 0
-        self.engine.add_request(msg, prompt)
+        request = self.engine.add_request(msg, prompt)
         t2 = now_ns() if timing else 0
-        handle = self.runtime.add_request(msg.rid)
+        handle = request.handle = self.runtime.add_request(msg.rid)
         for walk, limits in self.node.stop_limits(msg.max_tokens, msg.ignore_eos).items():
             self.runtime.register_limits(handle, walk, limits)
         if timing:
