@@ -20,6 +20,10 @@ COMMANDS = [
     ("run", "run"),
     ("scenarios", "scenarios"),
     ("serve", "serve"),
+    ("power", "power"),
+    ("nightly", "nightly"),
+    ("report", "report"),
+    ("compare", "compare"),
 ]
 
 for verb, module in COMMANDS:
