@@ -44,6 +44,7 @@ def main(
     try:
         resolved = load_scenario(scenario, size)
         arms = resolve_arms(arm)
+        arm_manifests = [_arm_manifest(a, resolved) for a in arms]
     except (ConfigError, BenchError) as exc:
         fail(str(exc))
     for a in arms:
@@ -75,7 +76,7 @@ def main(
     rundir = RunDir(out or RESULTS / run_id)
     rundir.write_manifest({
         "run_id": run_id, "command": " ".join(sys.argv), "scenario": resolved.to_dict(),
-        "arms": [a.manifest() for a in arms], "aa_check": same, "schedule": letters,
+        "arms": arm_manifests, "aa_check": same, "schedule": letters,
         "concurrency": concurrency, "requests": measured, "duration_s": duration,
         "warmup": warm, "period": period, "machine": machine(), "complete": False,
     })  # fmt: skip
@@ -103,6 +104,14 @@ def main(
         raise typer.Exit(130)
     if result.regression:
         raise typer.Exit(1)
+
+
+def _arm_manifest(arm, scenario) -> dict:
+    """The arm as resolved: its scenario with its overrides applied (none for a URL arm)."""
+    resolved = None
+    if arm.kind != "url":
+        resolved = load_scenario(scenario.name, scenario.size, arm.overrides).to_dict()
+    return {**arm.manifest(), "scenario": resolved}
 
 
 def _vocab(scenario) -> int:
