@@ -1,10 +1,12 @@
 """Calibration: how closely the load generator measures a server whose timing is known.
 
-Starts `bench mock` (a subprocess, pinned to its own cores where the machine has two or more)
-with a set TTFT and inter-token latency, drives it with the closed loop (pinned to core 0), and
-compares what the client measured with what the mock was set to do and with what the mock says
-it did (its write times, joined per request on X-Request-Id). A second run, with no gap between
-tokens, finds the most tokens per second the client can read.
+Starts `bench mock` in a subprocess with a set TTFT and inter-token latency and drives it with
+the closed loop. Where the machine has two or more cores and the client runs in one process,
+the client is pinned to core 0 and the mock to the others. TTFT measured minus TTFT set splits
+exactly into three parts, joined per request on X-Request-Id over the shared monotonic clock:
+client send to the mock's handler, the mock's own lateness, the mock's write to the client's
+read. A second run with no gap between tokens finds the most tokens per second the client reads.
+The result flags itself as doubtful when other processes used the CPU meanwhile.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ from harness.errors import BenchError
 from harness.loadgen import LoadResult, build_requests, run_closed_loop, run_loop
 
 ROOT = Path(__file__).resolve().parent.parent
-TARGETS = {"ttft_error_p50_ms": 1.0, "ttft_error_p99_ms": 5.0, "tokens_per_s": 50_000}
+TARGETS = {"ttft_error_p50_ms": 1.0, "ttft_error_p99_ms": 5.0, "tokens_per_s_one_core": 50_000}
+QUIET_CORES = 0.25  # CPU other processes may use during calibration before it is doubtful
 
 
 @dataclass(frozen=True)
@@ -38,7 +41,7 @@ class Settings:
     output_tokens: int = 256
     itl_ms: float = 5.0
     ttft_ms: float = 20.0
-    duration_s: float = 10.0  # steady part of each run
+    duration_s: float = 10.0  # steady seconds of each run
     shards: int = 1  # client processes
     mock_shards: int = 1
 
@@ -46,42 +49,40 @@ class Settings:
 def calibrate(s: Settings) -> dict:
     latency = run_loop(_latency(s))
     throughput = run_loop(_throughput(s))
-    one_core = s.shards == 1
     met = {
         "ttft_error_p50": latency["ttft_error_ms"]["p50"] <= TARGETS["ttft_error_p50_ms"],
         "ttft_error_p99": latency["ttft_error_ms"]["p99"] <= TARGETS["ttft_error_p99_ms"],
-        "tokens_per_s_one_core": one_core and throughput["tokens_per_s"] >= TARGETS["tokens_per_s"],
-        "no_failures": latency["failures"] == 0 and throughput["failures"] == 0,
+        "tokens_per_s_one_core": s.shards == 1
+        and throughput["tokens_per_s"] >= TARGETS["tokens_per_s_one_core"],
+        "no_failures": latency["failures"] == throughput["failures"] == 0,
     }
-    return {
-        "settings": asdict(s),
-        "targets": TARGETS,
-        "met": met,
-        "latency": latency,
-        "throughput": throughput,
-        "machine": _machine(),
-        "command": " ".join(["bench", *sys.argv[1:]]),
-        "unix_time": time.time(),
-    }
+    others = max(latency["other_cores"], throughput["other_cores"])
+    doubt = None
+    if others > QUIET_CORES:
+        doubt = f"other processes used {others:.2f} cores meanwhile; rerun on a quiet machine"
+    return {"settings": asdict(s), "targets": TARGETS, "met": met, "doubtful": doubt,
+            "latency": latency, "throughput": throughput, "machine": _machine(),
+            "command": " ".join(["bench", *sys.argv[1:]]), "unix_time": time.time()}  # fmt: skip
 
 
 async def _latency(s: Settings) -> dict:
     request_s = (s.ttft_ms + (s.output_tokens - 1) * s.itl_ms) / 1e3
-    count = s.concurrency + int(np.ceil(s.duration_s / request_s * s.concurrency))
+    count = s.concurrency * (2 + int(np.ceil(s.duration_s / request_s)))  # ramp, warmup, steady
     async with Mock(s, s.ttft_ms, s.itl_ms) as mock:
-        result = await _drive(mock.url, s, count, stop_after_s=None)
-        stats = await mock.stats()
-    steady = _steady(result)
+        result, out = await _drive(mock, s, count, ramp_s=request_s)
+        t0, a, b = result.t0_perf, result.steady_start_s, result.steady_end_s
+        stats = await mock.stats(f"requests&since={t0 + a}&until={t0 + b}")
+    steady = [r for r in result.records if r.ok and not r.warmup and a <= r.send_s <= b]
+    by_id = {rid: (arrival - t0, first - t0) for rid, arrival, first, _, _ in stats["requests"]}
+    # a sharded mock's /stats covers one of its processes: split only the requests it served
+    joined = [(r, *by_id[str(r.index)]) for r in steady if str(r.index) in by_id]
     ttft = np.array([r.first_token_s - r.send_s for r in steady]) * 1e3
-    # what the mock did, per request (a sharded mock's /stats covers one of its processes)
-    by_id = {rid: (first - arrival) * 1e3 for rid, arrival, first, _, _ in stats["requests"]}
-    joined = [(t, by_id[str(r.index)]) for t, r in zip(ttft, steady) if str(r.index) in by_id]
-    overhead = np.array([t - m for t, m in joined])
     itl = np.concatenate([np.diff(r.token_times_s) for r in steady]) * 1e3
-    out = _throughput_figures(result, s)
     out["expected_tokens_per_s"] = s.concurrency * s.output_tokens / request_s
     out["ttft_error_ms"] = _pct(ttft - s.ttft_ms)
-    out["ttft_client_overhead_ms"] = _pct(overhead)  # measured - what the mock did
+    out["to_mock_ms"] = _pct(np.array([arr - r.send_s for r, arr, _ in joined]) * 1e3)
+    out["mock_ttft_error_ms"] = _pct(np.array([f - arr for _, arr, f in joined]) * 1e3 - s.ttft_ms)
+    out["to_client_ms"] = _pct(np.array([r.first_token_s - f for r, _, f in joined]) * 1e3)
     out["itl_error_ms"] = _pct(itl - s.itl_ms)
     out["send_lag_ms"] = _pct(np.array([r.send_s - r.intended_send_s for r in steady]) * 1e3)
     out["mock_lateness_ms"] = stats["lateness_ms"]
@@ -91,48 +92,39 @@ async def _latency(s: Settings) -> dict:
 
 async def _throughput(s: Settings) -> dict:
     async with Mock(s, 0.0, 0.0) as mock:
-        count = s.concurrency * (1 + 64)
-        result = await _drive(mock.url, s, count, stop_after_s=s.duration_s + 1.0)
-        cpu = mock.cpu_s()
-    out = _throughput_figures(result, s)
-    out["mock_cpu_s"] = cpu
+        stop = asyncio.get_running_loop().call_later(s.duration_s + 1.0, mock.stop_load.set)
+        _, out = await _drive(mock, s, s.concurrency * 1000, ramp_s=0.0)
+        stop.cancel()
     return out
 
 
-async def _drive(url: str, s: Settings, count: int, stop_after_s: float | None) -> LoadResult:
+async def _drive(mock: Mock, s: Settings, count: int, ramp_s: float) -> tuple[LoadResult, dict]:
     load = LoadProfile(prompt_tokens=(32, 32), output_tokens=(s.output_tokens, s.output_tokens))
     requests = build_requests(load, vocab_size=32000, count=count, seed=0)
-    stop = asyncio.Event()
-    if stop_after_s is not None:
-        asyncio.get_running_loop().call_later(stop_after_s, stop.set)
-    with _pinned({0} if s.shards == 1 else None):
-        return await run_closed_loop(url, requests, s.concurrency, warmup=s.concurrency,
-                                     stop_event=stop, shards=s.shards)  # fmt: skip
-
-
-def _steady(result: LoadResult) -> list:
-    """Measured requests sent inside the steady window, that succeeded."""
+    busy, ours, mock_cpu, wall = _machine_busy_s(), _own_cpu_s(), mock.cpu_s(), time.perf_counter()
+    with _pinned({0} if mock.pin else None):
+        result = await run_closed_loop(mock.url, requests, s.concurrency, warmup=s.concurrency,
+                                       stop_event=mock.stop_load, shards=s.shards, ramp_s=ramp_s)  # fmt: skip
+    busy, ours = _machine_busy_s() - busy, _own_cpu_s() - ours
+    mock_cpu, wall = mock.cpu_s() - mock_cpu, time.perf_counter() - wall
     a, b = result.steady_start_s, result.steady_end_s
     if a is None:
-        raise BenchError("the calibration run never reached a steady state; raise --duration")
-    return [r for r in result.records if r.ok and not r.warmup and a <= r.send_s <= b]
-
-
-def _throughput_figures(result: LoadResult, s: Settings) -> dict:
-    a, b = result.steady_start_s, result.steady_end_s
-    times = np.concatenate([r.token_times_s for r in result.records if r.token_times_s] or [[]])
-    tokens = int(times.size)
+        raise BenchError("the calibration load never reached a steady state; raise --duration")
+    times = np.concatenate([r.token_times_s for r in result.records] or [[]])
     elapsed = max(r.end_s for r in result.records)
     failures = [r for r in result.records if not r.ok and r.error != "interrupted"]
-    return {
+    return result, {
         "requests": len(result.records),
         "failures": len(failures),
         "first_failure": failures[0].error if failures else None,
         "steady_s": b - a,
         "tokens_per_s": float(((times >= a) & (times <= b)).sum() / (b - a)),
-        "client_cpu_s": result.client_cpu_s,
         "client_cores": result.client_cpu_s / elapsed,
-        "client_cpu_us_per_token": result.client_cpu_s / max(tokens, 1) * 1e6,
+        "client_cpu_us_per_token": result.client_cpu_s / max(times.size, 1) * 1e6,
+        # what one client process could read at this run's tokens per read, were CPU the limit
+        "tokens_per_s_per_core": times.size / result.client_cpu_s,
+        "mock_cores": mock_cpu / elapsed,
+        "other_cores": max(0.0, busy - ours - mock_cpu) / wall,
     }
 
 
@@ -154,19 +146,23 @@ class Mock:
     def __init__(self, s: Settings, ttft_ms: float, itl_ms: float):
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.pin = s.shards == 1 and (os.cpu_count() or 1) > 1  # the client takes core 0
+        self.pin = s.shards == 1 and (os.cpu_count() or 1) > 1
+        self.stop_load = asyncio.Event()
         self.args = ["mock", "--port", str(self.port), "--ttft-ms", str(ttft_ms), "--itl-ms", str(itl_ms),
                      "--output-tokens", str(s.output_tokens), "--shards", str(s.mock_shards)]  # fmt: skip
 
     async def __aenter__(self) -> Mock:
-        env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        }
         cmd = [sys.executable, "-c", "from harness.cli import main; main()", *self.args]
         self.log = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=self.log, stderr=self.log)
         if self.pin:
-            os.sched_setaffinity(self.proc.pid, set(range(1, os.cpu_count() or 1)))
+            os.sched_setaffinity(self.proc.pid, set(range(1, os.cpu_count())))
         async with aiohttp.ClientSession() as session:
-            for _ in range(200):
+            for _ in range(300):
                 try:
                     async with session.get(self.url + "/health") as resp:
                         if resp.status == 200:
@@ -177,25 +173,46 @@ class Mock:
         self.log.seek(0)
         raise BenchError(f"the mock did not start: {self.log.read().decode()[-300:]}")
 
-    async def stats(self) -> dict:
+    async def stats(self, query: str = "") -> dict:
         async with aiohttp.ClientSession() as session:
-            async with session.get(self.url + "/stats?requests") as resp:
+            async with session.get(f"{self.url}/stats?{query}") as resp:
                 return await resp.json()
 
     def cpu_s(self) -> float:
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        """CPU seconds of the mock and its shard processes so far."""
+        total = 0.0
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                pid, rest = stat.read_text().split(" (", 1)
+            except OSError:
+                continue
+            fields = rest.rsplit(") ", 1)[1].split()
+            if int(pid) == self.proc.pid or int(fields[1]) == self.proc.pid:
+                total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return total
 
     async def __aexit__(self, *exc) -> None:
         self.proc.terminate()
-        self.proc.wait(timeout=10)
+        self.proc.wait(timeout=15)
+
+
+def _own_cpu_s() -> float:
+    """CPU seconds of this process and its finished children (the client's shards)."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+def _machine_busy_s() -> float:
+    """CPU seconds all processes have used, from /proc/stat (user nice system irq softirq steal)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    return (sum(fields[:3]) + sum(fields[5:8])) / os.sysconf("SC_CLK_TCK")
 
 
 class _pinned:
-    """Pin this process to `cores` for the block (where the machine has more than one core)."""
+    """Pin this process to `cores` for the block (nothing when cores is None)."""
 
     def __init__(self, cores: set[int] | None):
-        self.cores = cores if (os.cpu_count() or 1) > 1 else None
+        self.cores = cores
 
     def __enter__(self) -> None:
         if self.cores:
@@ -214,19 +231,14 @@ def _free_port() -> int:
 
 
 def _machine() -> dict:
-    import aiohttp as aio
+    import uvloop
 
-    try:
-        import uvloop
-
-        uv = uvloop.__version__
-    except ImportError:
-        uv = None
-    return {"cpus": os.cpu_count(), "platform": platform.platform(), "processor": platform.processor(),
-            "python": platform.python_version(), "aiohttp": aio.__version__, "uvloop": uv}  # fmt: skip
+    return {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
+            "aiohttp": aiohttp.__version__, "uvloop": uvloop.__version__, "loadavg": os.getloadavg()}  # fmt: skip
 
 
 def write(result: dict, directory: Path = ROOT / "results" / "calibration") -> Path:
+    """Write the result as <UTC time>.json and latest.json; return the latter's path."""
     directory.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(result["unix_time"]))
     text = json.dumps(result, indent=2)

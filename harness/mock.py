@@ -1,15 +1,19 @@
 """A mock OpenAI-compatible streaming server: set TTFT, inter-token latency and length.
 
-One scheduler drives every stream. It keeps a heap of (due time, stream) and, on each wake,
-writes every token that is due, so a token costs one heap operation and one socket write, not
-one sleep per token per stream. Token k of a stream is due at arrival + ttft + k * itl, anchored
-to the arrival so lateness never accumulates. The mock measures its own lateness (write time
-minus due time) and reports it at `/stats`, so calibration can tell the client's error from the
-mock's. Times are `time.perf_counter()` (CLOCK_MONOTONIC on Linux: comparable across processes).
+It speaks the engine's SSE: one `data:` event per token (`choices[0].token_ids: [id]` and
+`text`), then a final event with `finish_reason` and `usage` and no token, then `data: [DONE]`.
 
-Output length: `max_tokens` when the request sets it with `ignore_eos`; with `max_tokens` but no
-`ignore_eos`, the shorter of `max_tokens` and the set length (the set length plays the EOS);
-without `max_tokens`, the set length.
+One scheduler drives every stream. It keeps a heap of (due time, stream) and on each wake
+writes every token that is due, so a token costs one heap operation and one socket write, not
+one sleep per token per stream. Token k of a stream is due at arrival + ttft + k * itl,
+anchored to the arrival so lateness never accumulates. The mock measures its own lateness
+(write time minus due time) and reports it at `/stats`, so calibration can tell the client's
+error from the mock's. Times are `time.perf_counter()` (CLOCK_MONOTONIC on Linux, so they
+compare across processes).
+
+Output length: `max_tokens` when the request sets it with `ignore_eos`; with `max_tokens` but
+without `ignore_eos`, the shorter of `max_tokens` and the set length (the set length plays the
+EOS); without `max_tokens`, the set length.
 """
 
 from __future__ import annotations
@@ -18,9 +22,10 @@ import asyncio
 import gc
 import heapq
 import itertools
-import json
+import signal
 import time
 from array import array
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import msgspec
@@ -33,6 +38,8 @@ EARLY_S = 0.0005
 BATCH = 32  # tokens written per turn of the event loop, so a burst does not hold up arrivals
 VOCAB = 32000
 KEEP = 1 << 20  # samples kept per series, so a long-running mock stays bounded in memory
+HEAD = b'{"id":"cmpl-%s","object":"text_completion","created":0,"model":"%s","choices":[{"index":0,'
+TOKEN = b'data: %s"text":" t%d","token_ids":[%d],"logprobs":null,"finish_reason":null}]}\n\n'
 
 
 @dataclass(frozen=True)
@@ -43,6 +50,7 @@ class MockConfig:
     model: str = "mock"
 
     def length(self, max_tokens: int | None, ignore_eos: bool) -> tuple[int, str]:
+        """Tokens to send and the finish reason."""
         if max_tokens is None:
             return self.output_tokens, "stop"
         if ignore_eos or max_tokens <= self.output_tokens:
@@ -51,17 +59,16 @@ class MockConfig:
 
 
 class MockStats:
-    """What the mock saw: arrivals, concurrent streams over time, its own schedule lateness.
+    """What the mock saw: arrivals, concurrent streams over time, its own lateness.
 
-    Samples live in arrays (the garbage collector never scans them, so they cause no pauses);
-    each series keeps its last KEEP to KEEP * 2 samples.
-    """
+    Samples live in arrays, which the garbage collector never scans (no pauses); each series
+    keeps its last KEEP to 2 * KEEP samples."""
 
     def __init__(self) -> None:
         self.arrivals = self.active = self.max_active = self.tokens = 0
         self.trace_s, self.trace_active = array("d"), array("i")  # on each change of `active`
-        self.lateness_s = array("d")  # write time - due time, every token
-        # one row per finished request: id, arrival, first and last token written (nan: none)
+        self.due_s, self.lateness_s = array("d"), array("d")  # every token: due, write - due
+        # one row per finished request: id; arrival, first and last token written (nan: none)
         self.request_ids: list[str] = []
         self.request_times, self.request_tokens = array("d"), array("i")
 
@@ -72,44 +79,42 @@ class MockStats:
         self.trace_active.append(self.active)
         _trim(self.trace_s, self.trace_active)
 
-    def finished(self, rid: str, arrival: float, first: float | None, last: float | None, n: int) -> None:
+    def late(self, due: float, seconds: float, tokens: int) -> None:
+        self.tokens += tokens
+        self.due_s.extend([due] * tokens)
+        self.lateness_s.extend([seconds] * tokens)
+        _trim(self.due_s, self.lateness_s)
+
+    def finished(
+        self, rid: str, arrival: float, first: float | None, last: float | None, n: int
+    ) -> None:
+        nan = float("nan")
         self.request_ids.append(rid)
-        self.request_times.extend((arrival, _nan(first), _nan(last)))
+        self.request_times.extend(
+            (arrival, nan if first is None else first, nan if last is None else last)
+        )
         self.request_tokens.append(n)
         if len(self.request_ids) > 2 * KEEP:
             del self.request_ids[:KEEP], self.request_times[: 3 * KEEP], self.request_tokens[:KEEP]
 
-    def late(self, seconds: float, tokens: int) -> None:
-        self.tokens += tokens
-        if tokens == 1:
-            self.lateness_s.append(seconds)
-        else:
-            self.lateness_s.extend([seconds] * tokens)
-        _trim(self.lateness_s)
-
-    def summary(self) -> dict:
-        late = np.frombuffer(self.lateness_s, dtype=np.float64) * 1e3
-        q = np.percentile(late, [50, 99]).tolist() if late.size else [None, None]
+    def summary(self, since: float = float("-inf"), until: float = float("inf")) -> dict:
+        """Counts, and the lateness of the tokens due in [since, until] (perf_counter times)."""
+        due = np.array(self.due_s)
+        late = np.array(self.lateness_s)[(due >= since) & (due <= until)] * 1e3
+        p50, p99 = np.percentile(late, [50, 99]).tolist() if late.size else (None, None)
         top = float(late.max()) if late.size else None
-        return {
-            "arrivals": self.arrivals,
-            "active": self.active,
-            "max_active": self.max_active,
-            "tokens": self.tokens,
-            "lateness_ms": {"p50": q[0], "p99": q[1], "max": top},
-        }
+        return {"arrivals": self.arrivals, "active": self.active, "max_active": self.max_active,
+                "tokens": self.tokens, "lateness_ms": {"p50": p50, "p99": p99, "max": top}}  # fmt: skip
 
     def requests(self) -> list[tuple]:
         """(id, arrival, first token written, last token written, tokens); None where none."""
         t = [None if x != x else x for x in self.request_times]
-        return list(zip(self.request_ids, t[0::3], t[1::3], t[2::3], self.request_tokens, strict=True))
+        return list(
+            zip(self.request_ids, t[0::3], t[1::3], t[2::3], self.request_tokens, strict=True)
+        )
 
     def trace(self) -> list[tuple[float, int]]:
         return list(zip(self.trace_s, self.trace_active, strict=True))
-
-
-def _nan(x: float | None) -> float:
-    return float("nan") if x is None else x
 
 
 def _trim(*series: array) -> None:
@@ -122,24 +127,21 @@ class _Stream:
     __slots__ = ("transport", "head", "due", "left", "sent", "first", "done")
 
     def __init__(self, transport: asyncio.Transport, head: bytes, due: float, tokens: int):
-        self.transport = transport
-        self.head = head  # the event's JSON up to the choice's text
-        self.due = due
-        self.left = tokens
+        self.transport, self.head, self.due, self.left = transport, head, due, tokens
         self.sent = 0
         self.first: float | None = None
-        self.done: asyncio.Future = asyncio.get_running_loop().create_future()
+        self.done = asyncio.get_running_loop().create_future()  # the last write time, or None
 
 
 class Scheduler:
-    """Writes every stream's tokens on schedule from one timer."""
+    """Writes every stream's tokens on schedule from one timer. Token frames go straight to the
+    transport as HTTP chunks (the response was prepared chunked), so writing never waits."""
 
     def __init__(self, itl_s: float, stats: MockStats):
-        self.itl_s = itl_s
-        self.stats = stats
+        self.itl_s, self.stats = itl_s, stats
         self.heap: list[tuple[float, int, _Stream]] = []
         self.seq = itertools.count()
-        self.timer: asyncio.TimerHandle | None = None
+        self.timer: asyncio.Handle | None = None
         self.wake = float("inf")
 
     def add(self, stream: _Stream) -> None:
@@ -155,7 +157,7 @@ class Scheduler:
 
     def _fire(self) -> None:
         self.timer, self.wake = None, float("inf")
-        heap, stats, written = self.heap, self.stats, 0
+        heap, written = self.heap, 0
         while heap and heap[0][0] <= time.perf_counter() + EARLY_S:
             if written >= BATCH:  # let arrivals in before writing the rest
                 self.wake = heap[0][0]
@@ -163,15 +165,13 @@ class Scheduler:
                 return
             due, _, s = heapq.heappop(heap)
             if s.transport.is_closing():  # the client went away
-                s.done.done() or s.done.set_result(None)
+                if not s.done.done():
+                    s.done.set_result(None)
                 continue
-            burst = s.left if self.itl_s == 0 else 1  # no gap between tokens: write them at once
-            if burst == 1:
-                s.transport.write(_token_frame(s.head, s.sent))
-            else:
-                s.transport.writelines([_token_frame(s.head, s.sent + k) for k in range(burst)])
+            burst = s.left if self.itl_s == 0 else 1  # no gap between tokens: all at once
+            s.transport.writelines([_token_frame(s.head, s.sent + k) for k in range(burst)])
             now = time.perf_counter()
-            stats.late(now - due, burst)
+            self.stats.late(due, now - due, burst)
             written += burst
             s.first = s.first or now
             s.sent += burst
@@ -188,111 +188,129 @@ class Scheduler:
 def _token_frame(head: bytes, k: int) -> bytes:
     """The k-th token's SSE event as one HTTP chunk."""
     token = (k * 7919 + 17) % VOCAB
-    data = b'data: %s"text":" t%d","token_ids":[%d],"logprobs":null,"finish_reason":null}]}\n\n'
-    data %= (head, token, token)
+    data = TOKEN % (head, token, token)
     return b"%x\r\n%s\r\n" % (len(data), data)
 
 
-def make_app(config: MockConfig) -> web.Application:
-    stats = MockStats()
-    app = web.Application()
-    app["stats"] = stats
-    app["config"] = config
-    app["scheduler"] = None  # made on the first request, inside the serving loop
+class Mock:
+    """The mock's handlers, its stats, and (made inside the serving loop) its scheduler."""
 
-    async def completions(request: web.Request) -> web.StreamResponse:
-        arrival = time.perf_counter()
+    def __init__(self, config: MockConfig):
+        self.config, self.stats = config, MockStats()
+        self.scheduler: Scheduler | None = None
+        self.arrivals: dict[asyncio.BaseTransport, float] = {}  # filled by _Arrivals
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_post("/v1/completions", self.completions)
+        app.router.add_get("/health", self.health)
+        app.router.add_get("/v1/models", self.models)
+        app.router.add_get("/stats", self.stats_view)
+        return app
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        arrival, stats = self.arrivals.get(request.transport) or time.perf_counter(), self.stats
         body = msgspec.json.decode(await request.read())
-        n, finish = config.length(body.get("max_tokens"), bool(body.get("ignore_eos")))
-        prompt_tokens = len(body.get("prompt") or [])
+        n, finish = self.config.length(body.get("max_tokens"), bool(body.get("ignore_eos")))
+        final = self._final(
+            n, finish, len(body.get("prompt") or []), stream=bool(body.get("stream"))
+        )
         rid = request.headers.get("X-Request-Id", str(stats.arrivals))
         stats.arrivals += 1
         stats.change(+1)
         try:
             if not body.get("stream"):
-                await asyncio.sleep((config.ttft_ms + (n - 1) * config.itl_ms) / 1e3)
-                return web.json_response(_completion(config, n, finish, prompt_tokens))
-            return await _stream(request, arrival, rid, n, finish, prompt_tokens)
+                await asyncio.sleep((self.config.ttft_ms + (n - 1) * self.config.itl_ms) / 1e3)
+                return web.json_response(final)
+            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await resp.prepare(request)
+            first = last = None
+            if n > 0:
+                if self.scheduler is None:
+                    self.scheduler = Scheduler(self.config.itl_ms / 1e3, stats)
+                head = HEAD % (rid.encode(), self.config.model.encode())
+                stream = _Stream(request.transport, head, arrival + self.config.ttft_ms / 1e3, n)
+                self.scheduler.add(stream)
+                last, first = await stream.done, stream.first
+                if last is None:  # the client went away
+                    stats.finished(rid, arrival, first, None, stream.sent)
+                    return resp
+            stats.finished(rid, arrival, first, last, n)
+            await resp.write_eof(b"data: %s\n\ndata: [DONE]\n\n" % msgspec.json.encode(final))
+            return resp
         finally:
             stats.change(-1)
 
-    async def _stream(request, arrival, rid, n, finish, prompt_tokens) -> web.StreamResponse:
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await resp.prepare(request)
-        if n <= 0:
-            last, first = None, None
-        else:
-            if app["scheduler"] is None:
-                app["scheduler"] = Scheduler(config.itl_ms / 1e3, stats)
-            head = b'{"id":"cmpl-%s","object":"text_completion","created":0,"model":"%s","choices":[{"index":0,'
-            stream = _Stream(
-                request.transport,
-                head % (rid.encode(), config.model.encode()),
-                arrival + config.ttft_ms / 1e3,
-                n,
-            )
-            app["scheduler"].add(stream)
-            last, first = await stream.done, stream.first
-            if last is None:  # the client went away
-                stats.finished(rid, arrival, first, None, stream.sent)
-                return resp
-        stats.finished(rid, arrival, first, last, n)
-        final = _completion(config, n, finish, prompt_tokens, stream=True)
-        await resp.write_eof(
-            b"data: %s\n\ndata: [DONE]\n\n" % json.dumps(final, separators=(",", ":")).encode()
-        )
-        return resp
+    def _final(self, n: int, finish: str, prompt_tokens: int, stream: bool) -> dict:
+        text = "" if stream else "".join(f" t{(k * 7919 + 17) % VOCAB}" for k in range(n))
+        return {"id": "cmpl-mock", "object": "text_completion", "created": 0, "model": self.config.model,
+                "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}],
+                "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": n,
+                          "total_tokens": prompt_tokens + n}}  # fmt: skip
 
-    async def health(_: web.Request) -> web.Response:
+    async def health(self, _: web.Request) -> web.Response:
         return web.Response(text="ok")
 
-    async def models(_: web.Request) -> web.Response:
+    async def models(self, _: web.Request) -> web.Response:
         return web.json_response(
-            {"object": "list", "data": [{"id": config.model, "object": "model"}]}
+            {"object": "list", "data": [{"id": self.config.model, "object": "model"}]}
         )
 
-    async def stats_view(request: web.Request) -> web.Response:
-        out = stats.summary()
-        if "requests" in request.query:
-            out["requests"] = stats.requests()
-        if "trace" in request.query:
-            out["trace"] = stats.trace()
+    async def stats_view(self, request: web.Request) -> web.Response:
+        """Counts and lateness (?since=&until= limit it to tokens due then); ?requests adds the
+        per-request rows, ?trace the concurrent streams over time."""
+        q = request.query
+        out = self.stats.summary(float(q.get("since", "-inf")), float(q.get("until", "inf")))
+        if "requests" in q:
+            out["requests"] = self.stats.requests()
+        if "trace" in q:
+            out["trace"] = self.stats.trace()
         return web.json_response(out)
 
-    app.router.add_post("/v1/completions", completions)
-    app.router.add_get("/health", health)
-    app.router.add_get("/v1/models", models)
-    app.router.add_get("/stats", stats_view)
-    return app
 
+class _Arrivals(asyncio.Protocol):
+    """aiohttp's protocol, noting when each connection's bytes last arrived: the mock's TTFT
+    runs from when a request reached the process, not from when aiohttp got round to its handler
+    (a few turns of the event loop later: most of a millisecond under load). On a keep-alive
+    connection the client sends a request only after the previous response, so the last bytes
+    before the handler runs are the request's own."""
 
-def _completion(config: MockConfig, n: int, finish: str, prompt_tokens: int, stream=False) -> dict:
-    text = "" if stream else "".join(f" t{(k * 7919 + 17) % VOCAB}" for k in range(n))
-    return {
-        "id": "cmpl-mock",
-        "object": "text_completion",
-        "created": 0,
-        "model": config.model,
-        "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}],
-        "usage": {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": n,
-            "total_tokens": prompt_tokens + n,
-        },
-    }
+    def __init__(self, inner: asyncio.Protocol, arrivals: dict[asyncio.BaseTransport, float]):
+        self.inner, self.arrivals = inner, arrivals
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
+        self.inner.connection_made(transport)
+
+    def data_received(self, data: bytes) -> None:
+        self.arrivals[self.transport] = time.perf_counter()
+        self.inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self.inner.eof_received()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.arrivals.pop(self.transport, None)
+        self.inner.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        self.inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.inner.resume_writing()
 
 
 class MockServer:
-    """The mock inside the current event loop (tests): `async with MockServer(cfg) as m: m.url`."""
+    """The mock in the running event loop: `async with MockServer(config) as m: m.url, m.stats`."""
 
     def __init__(self, config: MockConfig = MockConfig(), host: str = "127.0.0.1", port: int = 0):
-        self.app = make_app(config)
+        self.mock = Mock(config)
         self.host, self.port = host, port
-        self.runner = web.AppRunner(self.app, access_log=None, shutdown_timeout=1.0)
+        self.runner = web.AppRunner(self.mock.app(), access_log=None, shutdown_timeout=1.0)
 
     @property
     def stats(self) -> MockStats:
-        return self.app["stats"]
+        return self.mock.stats
 
     @property
     def url(self) -> str:
@@ -300,50 +318,59 @@ class MockServer:
 
     async def __aenter__(self) -> MockServer:
         await self.runner.setup()
-        site = web.TCPSite(self.runner, self.host, self.port, reuse_port=self.port != 0)
-        await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]
+        protocols, arrivals = self.runner.server, self.mock.arrivals
+        self.listener = await asyncio.get_running_loop().create_server(
+            lambda: _Arrivals(protocols(), arrivals),
+            self.host,
+            self.port,
+            reuse_port=self.port != 0,
+        )
+        self.port = self.listener.sockets[0].getsockname()[1]
         return self
 
     async def __aexit__(self, *exc) -> None:
-        await self.runner.cleanup()
+        self.listener.close()
+        await self.runner.cleanup()  # closes the connections
+        await self.listener.wait_closed()
 
 
-async def serve(config: MockConfig, host: str, port: int, ready=None) -> None:
-    """Serve until cancelled or signalled (SIGINT/SIGTERM)."""
-    import signal
-
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    async with MockServer(config, host, port) as server:
-        if ready is not None:
-            ready(server)
-        gc.freeze()  # startup objects out of the collector's view: shorter pauses while serving
-        await stop.wait()
-
-
-def run(config: MockConfig, host: str, port: int, shards: int = 1, ready=None) -> None:
-    """Run the mock; with shards > 1, that many processes share the port (SO_REUSEPORT)."""
+def run(
+    config: MockConfig, host: str, port: int, shards: int = 1, ready: Callable | None = None
+) -> None:
+    """Serve until SIGINT or SIGTERM. With shards > 1, that many processes share the port
+    (SO_REUSEPORT; each keeps its own /stats)."""
     import multiprocessing as mp
 
-    ctx = mp.get_context("spawn")
+    ctx, blob = mp.get_context("spawn"), msgspec.msgpack.encode(config)
     others = [
-        ctx.Process(target=_run_one, args=(config, host, port), daemon=True)
+        ctx.Process(target=_serve_blob, args=(blob, host, port), daemon=True)
         for _ in range(shards - 1)
     ]
     for p in others:
         p.start()
     try:
-        _run_one(config, host, port, ready)
+        _serve(config, host, port, ready)
     finally:
         for p in others:
             p.terminate()
             p.join()
 
 
-def _run_one(config: MockConfig, host: str, port: int, ready=None) -> None:
+def _serve_blob(blob: bytes, host: str, port: int) -> None:
+    _serve(msgspec.msgpack.decode(blob, type=MockConfig), host, port, None)
+
+
+def _serve(config: MockConfig, host: str, port: int, ready: Callable | None) -> None:
     from harness.loadgen import run_loop
 
-    run_loop(serve(config, host, port, ready))
+    async def main() -> None:
+        stop = asyncio.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            asyncio.get_running_loop().add_signal_handler(sig, stop.set)
+        async with MockServer(config, host, port) as server:
+            if ready is not None:
+                ready(server)
+            gc.freeze()  # startup objects out of the collector's view: shorter pauses
+            await stop.wait()
+
+    run_loop(main())

@@ -8,16 +8,13 @@ Weights are either seeded random (`from_preset`) or read from a checkpoint (`fro
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import zlib
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from safetensors import safe_open
 from torch import nn
 
 from engine.batch import ForwardBatch
@@ -25,103 +22,9 @@ from engine.layers.attention import GatedAttention
 from engine.layers.gated_delta import GatedDeltaNet
 from engine.layers.norm import RMSNorm
 from engine.layers.rotary import RotaryEmbedding
+from engine.models.hf_checkpoint import CheckpointError, load_safetensors
+from engine.models.qwen35_config import FULL, LINEAR, PRESETS, Qwen35Config
 from engine.worker.kv_cache import CacheShapes, KVCache
-
-FULL, LINEAR = "full_attention", "linear_attention"
-
-
-class CheckpointError(ValueError):
-    """A checkpoint directory that does not fit the model; the message names what is wrong."""
-
-
-@dataclass(frozen=True)
-class Qwen35Config:
-    vocab_size: int
-    hidden_size: int
-    intermediate_size: int
-    num_hidden_layers: int
-    num_attention_heads: int
-    num_key_value_heads: int
-    head_dim: int
-    linear_num_key_heads: int
-    linear_num_value_heads: int
-    linear_key_head_dim: int
-    linear_value_head_dim: int
-    eos_token_ids: tuple[int, ...]
-    linear_conv_kernel_dim: int = 4
-    full_attention_interval: int = 4
-    partial_rotary_factor: float = 0.25
-    rope_theta: float = 10_000_000.0
-    rms_norm_eps: float = 1e-6
-    tie_word_embeddings: bool = True
-    layer_types: tuple[str, ...] = ()  # empty: every full_attention_interval-th layer is full
-
-    def __post_init__(self) -> None:
-        if not self.layer_types:
-            every = self.full_attention_interval
-            types = tuple(
-                FULL if (i + 1) % every == 0 else LINEAR for i in range(self.num_hidden_layers)
-            )
-            object.__setattr__(self, "layer_types", types)
-        known = set(self.layer_types) <= {FULL, LINEAR}
-        if len(self.layer_types) != self.num_hidden_layers or not known:
-            raise ValueError(f"layer_types must be {self.num_hidden_layers} of {FULL!r}/{LINEAR!r}")
-        if not self.eos_token_ids or not all(0 <= t < self.vocab_size for t in self.eos_token_ids):
-            raise ValueError(
-                f"eos_token_ids must be ids below vocab_size, got {self.eos_token_ids}"
-            )
-
-    @property
-    def rotary_dim(self) -> int:
-        return int(self.head_dim * self.partial_rotary_factor)
-
-    @classmethod
-    def from_hf(cls, raw: dict, generation: dict | None = None) -> Qwen35Config:
-        """From a config.json (text-only, or multimodal with `text_config`) and optionally a
-        generation_config.json, whose EOS ids (e.g. <|im_end|>) join the config's."""
-        text = raw.get("text_config", raw)
-        if text.get("attn_output_gate", True) is not True:
-            raise CheckpointError("attention without the output gate is not supported")
-        rope = text.get("rope_parameters") or text.get("rope_scaling") or {}
-        eos: list[int] = []
-        for source in ((generation or {}).get("eos_token_id"), text.get("eos_token_id")):
-            for token in [source] if isinstance(source, int) else source or []:
-                eos += [token] if token not in eos else []
-        explicit = {"eos_token_ids", "layer_types", "rope_theta", "partial_rotary_factor"}
-        explicit |= {"tie_word_embeddings"}
-        fields = {f.name for f in dataclasses.fields(cls)} - explicit
-        return cls(
-            **{k: v for k, v in text.items() if k in fields},
-            rope_theta=rope.get("rope_theta", text.get("rope_theta", 10_000_000.0)),
-            partial_rotary_factor=rope.get(
-                "partial_rotary_factor", text.get("partial_rotary_factor", 0.25)
-            ),
-            tie_word_embeddings=raw.get(
-                "tie_word_embeddings", text.get("tie_word_embeddings", False)
-            ),
-            layer_types=tuple(text.get("layer_types") or ()),
-            eos_token_ids=tuple(eos),
-        )
-
-
-# fmt: off
-PRESETS: dict[str, Qwen35Config] = {
-    # Published Qwen3.5-0.8B text shapes. EOS: <|im_end|> (generation_config) and <|endoftext|>.
-    "0.8b": Qwen35Config(
-        vocab_size=248_320, hidden_size=1024, intermediate_size=3584, num_hidden_layers=24,
-        num_attention_heads=8, num_key_value_heads=2, head_dim=256,
-        linear_num_key_heads=16, linear_num_value_heads=16,
-        linear_key_head_dim=128, linear_value_head_dim=128, eos_token_ids=(248_046, 248_044),
-    ),
-    # Same structure, a few million parameters, for CPU tests and CI.
-    "tiny": Qwen35Config(
-        vocab_size=4096, hidden_size=128, intermediate_size=384, num_hidden_layers=8,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=32,
-        linear_num_key_heads=4, linear_num_value_heads=4,
-        linear_key_head_dim=32, linear_value_head_dim=32, eos_token_ids=(4094, 4095),
-    ),
-}
-# fmt: on
 
 
 class Qwen35MLP(nn.Module):
@@ -279,7 +182,9 @@ class Qwen35ForCausalLM(nn.Module):
             json.loads(generation.read_text()) if generation.is_file() else None,
         )
         model = cls._empty(config, dtype, device)
-        _load_safetensors(model, sorted(root.glob("*.safetensors")))
+        load_safetensors(
+            model, sorted(root.glob("*.safetensors")), lambda key: _our_name(key, config)
+        )
         return model
 
 
@@ -330,35 +235,3 @@ def _our_name(key: str, config: Qwen35Config) -> str | None:
     if key.startswith("model.language_model."):
         return "model." + key.removeprefix("model.language_model.")
     return key
-
-
-def _load_safetensors(model: Qwen35ForCausalLM, files: list[Path]) -> None:
-    if not files:
-        raise CheckpointError("no *.safetensors files in the checkpoint directory")
-    params = dict(model.named_parameters())
-    loaded, unknown = set(), []
-    with torch.no_grad():
-        for file in files:
-            with safe_open(str(file), framework="pt") as f:
-                for key in f.keys():
-                    name = _our_name(key, model.config)
-                    if name is None:
-                        continue
-                    if name not in params:
-                        unknown.append(key)
-                        continue
-                    tensor = f.get_tensor(key)
-                    if tuple(tensor.shape) != tuple(params[name].shape):
-                        raise CheckpointError(
-                            f"{key} in {file.name} has shape {tuple(tensor.shape)}, "
-                            f"the model expects {tuple(params[name].shape)}"
-                        )
-                    params[name].copy_(tensor)
-                    loaded.add(name)
-    if unknown:
-        raise CheckpointError(
-            f"unknown tensors in the checkpoint: {', '.join(sorted(unknown)[:8])}"
-        )
-    missing = sorted(set(params) - loaded)
-    if missing:
-        raise CheckpointError(f"tensors missing from the checkpoint: {', '.join(missing[:8])}")

@@ -32,7 +32,8 @@ def main(
 
     def ready(server) -> None:
         console.print(
-            f"mock: {server.url} (ttft {ttft_ms} ms, itl {itl_ms} ms, {output_tokens} tokens, {shards} process(es))"
+            f"mock: {server.url} (ttft {ttft_ms} ms, itl {itl_ms} ms, {output_tokens} tokens, "
+            f"{shards} process(es))"
         )
 
     try:
