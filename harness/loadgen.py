@@ -127,6 +127,7 @@ async def run_closed_loop(
     model: str | None = None,
     shards: int = 1,
     ramp_s: float = 0.0,
+    send_for_s: float | None = None,
     request_timeout_s: float = 600.0,
     progress_interval_s: float = 0.25,
 ) -> LoadResult:
@@ -138,6 +139,8 @@ async def run_closed_loop(
     (non-200, connection errors, timeouts, broken streams) become records with an error; nothing
     is raised for them. `ramp_s` spreads the lanes' first sends evenly over that many seconds
     (lane i starts at i * ramp_s / C), so requests of one length do not move in lockstep.
+    `send_for_s` ends the sequence after that many seconds: no new request is sent, the ones in
+    flight finish (the drain), as when the sequence runs out.
     """
     if concurrency < 1 or shards < 1:
         raise ValueError("concurrency and shards must be >= 1")
@@ -145,13 +148,14 @@ async def run_closed_loop(
     endpoint = url if url.endswith("/completions") else url + "/v1/completions"
     requests = requests if isinstance(requests, RequestSequence) else list(requests)
     job = _Job(endpoint, model, requests, concurrency, warmup, labels.arm, labels.block,
-               labels.slot, ramp_s, request_timeout_s)  # fmt: skip
+               labels.slot, ramp_s, request_timeout_s, send_for_s)  # fmt: skip
     stop_event = stop_event or asyncio.Event()
     shards = min(shards, concurrency)
     if shards > 1:
         return await _run_sharded(job, shards, on_progress, stop_event, progress_interval_s)
     sequence = iter(range(len(requests)))
-    shard = _Shard(job, range(concurrency), time.perf_counter(), lambda: next(sequence, None))
+    t0 = time.perf_counter()
+    shard = _Shard(job, range(concurrency), t0, _until(job, t0, lambda: next(sequence, None)))
     t0_unix, cpu = time.time(), time.process_time()
 
     def tick() -> None:
@@ -160,6 +164,14 @@ async def run_closed_loop(
 
     await shard.run(stop_event, tick, progress_interval_s)
     return _merge(job, [shard.summary(time.process_time() - cpu)], shard.t0, t0_unix, 1)
+
+
+def _until(job: _Job, t0: float, take: Callable[[], int | None]) -> Callable[[], int | None]:
+    """`take`, ending the sequence once `job.send_for_s` seconds have passed since t0."""
+    if job.send_for_s is None:
+        return take
+    deadline = t0 + job.send_for_s
+    return lambda: take() if time.perf_counter() < deadline else None
 
 
 class _Job(msgspec.Struct, array_like=True):
@@ -175,6 +187,7 @@ class _Job(msgspec.Struct, array_like=True):
     slot: int
     ramp_s: float
     timeout_s: float
+    send_for_s: float | None = None
 
 
 class _Summary(msgspec.Struct, array_like=True):
@@ -450,7 +463,7 @@ def _shard_main(blob, k, shards, sender, counter, t0, go, stop, counts, interval
 
     async def main() -> _Summary:
         shard, local_stop = (
-            _Shard(job, range(k, job.concurrency, shards), t0.value, take),
+            _Shard(job, range(k, job.concurrency, shards), t0.value, _until(job, t0.value, take)),
             asyncio.Event(),
         )
 

@@ -12,7 +12,7 @@ import json
 import signal
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from engine.config import Scenario
@@ -32,7 +32,7 @@ class RunPlan:
     letters: list[str]  # the schedule, e.g. A B B A A B B A
     block_size: int  # letters per block (4 with --abba, else 2)
     concurrency: int
-    requests: list[RequestSpec]
+    requests: Sequence[RequestSpec]
     warmup: int
     period: int
     duration_s: float | None = None
@@ -141,25 +141,13 @@ def _drive(plan, url, model, arm, block, slot, status, show, stop):
     async def load():
         event = asyncio.Event()
         stop.bind(asyncio.get_running_loop(), event)
-        timer = None
-        if plan.duration_s is not None:
-            timer = asyncio.get_running_loop().call_later(plan.duration_s, event.set)
         try:
             return await run_closed_loop(
-                url,
-                plan.requests,
-                plan.concurrency,
-                plan.warmup,
-                Labels(arm, block, slot),
-                on_progress,
-                event,
-                model=model,
-                shards=plan.shards,
-            )
+                url, plan.requests, plan.concurrency, plan.warmup, Labels(arm, block, slot),
+                on_progress, event, model=model, shards=plan.shards, send_for_s=plan.duration_s,
+            )  # fmt: skip
         finally:
             stop.bind(None, None)
-            if timer is not None:
-                timer.cancel()
 
     return run_loop(load())
 

@@ -209,6 +209,25 @@ def test_stop_event_returns_what_was_measured():
     assert result.steady_end_s is not None and result.steady_end_s >= result.steady_start_s
 
 
+@pytest.mark.parametrize("shards", [1, 2])
+def test_send_for_s_stops_sending_then_drains(shards):
+    """--duration: no request is sent after the deadline; those in flight finish normally."""
+    concurrency, send_for = 4, 0.4
+
+    async def main():
+        async with MockServer(MockConfig(ttft_ms=1, itl_ms=5, output_tokens=20)) as mock:
+            requests = [RequestSpec(i, [1], 20) for i in range(100_000)]
+            return await run_closed_loop(mock.url, requests, concurrency, send_for_s=send_for,
+                                         shards=shards)  # fmt: skip
+
+    result = run_loop(main())
+    assert not result.interrupted
+    assert result.records and all(r.ok and r.output_tokens == 20 for r in result.records)
+    assert max(r.send_s for r in result.records) < send_for
+    assert len(result.records) < 100_000
+    assert result.steady_end_s is not None and result.steady_end_s >= send_for
+
+
 def test_openai_style_streams_from_other_servers():
     """vLLM/SGLang style: text only, CRLF, comments, odd chunking, usage in its own last event
     (and a usage count that disagrees with what was streamed: output_tokens trusts usage)."""
