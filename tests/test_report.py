@@ -159,7 +159,7 @@ def report(tmp_path_factory):
     results = root / "results"
     (results / "calibration").mkdir(parents=True)
     (results / "calibration" / "latest.json").write_text(json.dumps(
-        {"throughput": {"tokens_per_s": 1800.0}, "settings": {"shards": 1}, "unix_time": 0}))  # fmt: skip
+        {"latency": {"tokens_per_s_per_core": 1800.0}, "settings": {"shards": 1}, "unix_time": 0}))  # fmt: skip
     (results / "power").mkdir()
     (results / "power" / "qwen35.json").write_text(json.dumps({  # as harness/power.py writes
         "scenario": "qwen35", "blocks": 5, "quoted_blocks": 5, "concurrency": 64,

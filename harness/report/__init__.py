@@ -98,10 +98,16 @@ def with_letters(frames: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
     return out
 
 
+def client_limit(calibration: dict | None) -> float | None:
+    """The most tokens per second one client core reads when each token is its own SSE
+    event (as the engine streams them), from `bench calibrate`'s paced run."""
+    return ((calibration or {}).get("latency") or {}).get("tokens_per_s_per_core")
+
+
 def client_limit_doubts(evidence: Evidence) -> list[str]:
     """Servers whose output tok/s reaches CLIENT_LIMIT_SHARE of the most the client could read
     in calibration may have measured the client, not the server."""
-    limit = ((evidence.calibration or {}).get("throughput") or {}).get("tokens_per_s")
+    limit = client_limit(evidence.calibration)
     if not limit:
         return []
     rates = [s.output_tok_per_s for s in evidence.comparison.servers]

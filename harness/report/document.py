@@ -200,7 +200,9 @@ def command(evidence: Evidence) -> str:
 def calibration(evidence: Evidence) -> str:
     """The most tok/s the client read in `bench calibrate`, and how near this run came."""
     cal = evidence.calibration or {}
-    limit = (cal.get("throughput") or {}).get("tokens_per_s")
+    from harness.report import client_limit  # the package imports this module lazily
+
+    limit = client_limit(cal)
     if not limit:
         return "No client calibration on record: `bench calibrate` measures the client's own limit."
     when = time.strftime("%Y-%m-%d", time.gmtime(cal.get("unix_time", 0)))
