@@ -14,7 +14,8 @@ import timeit
 
 import numpy as np
 
-from engine.models.qwen35_node import DECODE_LOOP, Qwen35Node, stop_rows
+from engine.models.qwen35_node import DECODE_LOOP, Qwen35Node
+from engine.runtime.graph import StopRows
 from engine.runtime.postprocess import PhasedPostprocess, PostprocessRequest, StepOutput
 from engine.runtime.runtime import GraphRuntime
 
@@ -39,7 +40,7 @@ def _decode_runtime(batch: int, seed: int = 0):
         rt.iters[DECODE_LOOP][handle] = counts[rid] - 1
     tokens = rng.integers(0, 4000, batch)
     rids = np.arange(batch, dtype=np.int64)
-    rows = stop_rows(rids, ["decode"] * batch, tokens, counts, max_tokens, [False] * batch)
+    rows = StopRows.of(rids, ["decode"] * batch, tokens, counts, max_tokens, [False] * batch)
     return node, rt, rids, tokens, rows
 
 

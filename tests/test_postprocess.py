@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from engine.messages import TokenFrame
-from engine.models.qwen35_node import DECODE_LOOP, Qwen35Node, stop_rows
-from engine.runtime.graph import StopCheck
+from engine.models.qwen35_node import DECODE_LOOP, Qwen35Node
+from engine.runtime.graph import StopCheck, StopRows
 from engine.runtime.postprocess import (
     PhasedPostprocess,
     PostprocessNeed,
@@ -74,7 +74,7 @@ class Driver:
     def check(self, out, rows) -> StopCheck:
         rids = out.rids[rows]
         return self.node.check_stop(
-            stop_rows(
+            StopRows.of(
                 rids,
                 [out.row_walks[i] for i in rows],
                 out.tokens[rows],

@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine.models.nodes import NODES
-from engine.models.qwen35_node import DECODE_LOOP, Qwen35Node, stop_rows
-from engine.runtime.graph import GraphSpec
+from engine.models.qwen35_node import DECODE_LOOP, Qwen35Node
+from engine.runtime.graph import GraphSpec, StopRows
 from engine.runtime.runtime import GraphRuntime
 from engine.runtime.stops import StopKind, StopLimits, StopPolicy, gather_columns
 
@@ -52,7 +52,7 @@ def test_declared_policy_equals_check_stop(batch, kind):
     max_tokens, counts, tokens, ignore = batch
     node = Qwen35Node(EOS, policy_kind=kind)
     stopped, by_token, missed = _runtime_decision(node, max_tokens, counts, tokens, ignore)
-    rows = stop_rows(
+    rows = StopRows.of(
         range(len(tokens)), ["decode"] * len(tokens), tokens, counts, max_tokens, ignore
     )
     model = node.check_stop(rows)
@@ -80,7 +80,7 @@ def test_every_registered_model_declares_a_checkable_policy():
 def test_prefill_check_stop_ends_partition(max_tokens, ignore, token):
     """max_tokens 1: the prefill's token is the only one; an EOS at prefill ends the reply."""
     node = Qwen35Node(EOS)
-    check = node.check_stop(stop_rows([0], ["prefill"], [token], [1], [max_tokens], [ignore]))
+    check = node.check_stop(StopRows.of([0], ["prefill"], [token], [1], [max_tokens], [ignore]))
     expect = max_tokens == 1 or (token in EOS and not ignore)
     assert bool(check.stopped[0]) == expect
     assert bool(check.end_partition[0]) == expect

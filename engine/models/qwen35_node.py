@@ -8,8 +8,6 @@ max_tokens counts the prefill's token.
 
 from __future__ import annotations
 
-import numpy as np
-
 from engine.runtime.graph import GraphSpec, NodeSubmodule, StopCheck, StopRows
 from engine.runtime.stops import StopKind, StopPolicy
 
@@ -44,14 +42,3 @@ class Qwen35Node(NodeSubmodule):
             check.by_token[i] = by_token
             check.end_partition[i] = stopped and rows.walks[i] == "prefill"
         return check
-
-
-def stop_rows(rids, walks, tokens, output_counts, max_tokens, ignore_eos) -> StopRows:
-    return StopRows(
-        rids=np.asarray(rids, dtype=np.int64),
-        walks=list(walks),
-        tokens=np.asarray(tokens, dtype=np.int64),
-        output_counts=np.asarray(output_counts, dtype=np.int64),
-        max_tokens=np.asarray(max_tokens, dtype=np.int64),
-        ignore_eos=np.asarray(ignore_eos, dtype=bool),
-    )

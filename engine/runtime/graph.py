@@ -39,6 +39,18 @@ class StopRows:
     max_tokens: np.ndarray  # int64 [R]
     ignore_eos: np.ndarray  # bool [R]
 
+    @classmethod
+    def of(cls, rids, walks, tokens, output_counts, max_tokens, ignore_eos) -> StopRows:
+        """From sequences, typed as the model's check_stop expects them."""
+        return cls(
+            rids=np.asarray(rids, dtype=np.int64),
+            walks=list(walks),
+            tokens=np.asarray(tokens, dtype=np.int64),
+            output_counts=np.asarray(output_counts, dtype=np.int64),
+            max_tokens=np.asarray(max_tokens, dtype=np.int64),
+            ignore_eos=np.asarray(ignore_eos, dtype=bool),
+        )
+
 
 @dataclass
 class StopCheck:

@@ -14,8 +14,7 @@ from collections.abc import Callable
 import numpy as np
 
 from engine.messages import Abort, AddRequest, GetStats, StepFrames, TokenFrame, WorkerStats
-from engine.models.qwen35_node import stop_rows
-from engine.runtime.graph import NodeSubmodule, StopCheck
+from engine.runtime.graph import NodeSubmodule, StopCheck, StopRows
 from engine.runtime.postprocess import (
     Break,
     PhasedPostprocess,
@@ -186,7 +185,7 @@ class Worker:
     def _check_stop(self, out: StepOutput, rows: np.ndarray) -> StopCheck:
         reqs = [self.engine.requests[int(out.rids[i])] for i in rows]
         return self.node.check_stop(
-            stop_rows(
+            StopRows.of(
                 out.rids[rows],
                 [out.row_walks[i] for i in rows],
                 out.tokens[rows],
