@@ -25,13 +25,13 @@ import time
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 
-import aiohttp
 import msgspec
 import numpy as np
 
+from harness.http_stream import Endpoint, Lane
 from harness.records import RequestRecord
 
-FAILURES = (aiohttp.ClientError, TimeoutError, OSError, msgspec.DecodeError)
+FAILURES = (TimeoutError, OSError)  # ResponseError is a ConnectionError, an OSError
 
 
 @dataclass(frozen=True)
@@ -222,41 +222,43 @@ class _Shard:
     async def run(self, stop: asyncio.Event, tick: Callable[[], None], interval_s: float) -> None:
         """Run the lanes until the sequence is done or `stop` is set. A lane that raises (a bug,
         not a failed request) stops the others and is raised."""
-        connector = aiohttp.TCPConnector(limit=len(self.lanes), limit_per_host=0)
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=self.job.timeout_s)
-        async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-            await asyncio.sleep(self.t0 - time.perf_counter())  # shards start together
-            lanes = [asyncio.create_task(self._lane(session, lane)) for lane in self.lanes]
-            helpers = [
-                asyncio.create_task(_every(interval_s, tick)),
-                asyncio.create_task(stop.wait()),
-            ]
-            everything = asyncio.gather(*lanes)
-            try:
-                await asyncio.wait([everything, helpers[1]], return_when=asyncio.FIRST_COMPLETED)
-                if not everything.done():
-                    self.stopped_s = time.perf_counter() - self.t0
-            finally:
-                for task in lanes + helpers:
-                    task.cancel()
-                ended = await asyncio.gather(*lanes, return_exceptions=True)
-                if everything.done() and not everything.cancelled():
-                    everything.exception()  # seen: it is raised below, from `ended`
-                gc.unfreeze()
+        endpoint = Endpoint(self.job.endpoint)
+        await asyncio.sleep(self.t0 - time.perf_counter())  # shards start together
+        lanes = [asyncio.create_task(self._lane(endpoint, lane)) for lane in self.lanes]
+        helpers = [
+            asyncio.create_task(_every(interval_s, tick)),
+            asyncio.create_task(stop.wait()),
+        ]
+        everything = asyncio.gather(*lanes)
+        try:
+            await asyncio.wait([everything, helpers[1]], return_when=asyncio.FIRST_COMPLETED)
+            if not everything.done():
+                self.stopped_s = time.perf_counter() - self.t0
+        finally:
+            for task in lanes + helpers:
+                task.cancel()
+            ended = await asyncio.gather(*lanes, return_exceptions=True)
+            if everything.done() and not everything.cancelled():
+                everything.exception()  # seen: it is raised below, from `ended`
+            gc.unfreeze()
         raised = [e for e in ended if isinstance(e, Exception)]
         if raised:
             raise raised[0]
         tick()
 
-    async def _lane(self, session: aiohttp.ClientSession, lane: int) -> None:
+    async def _lane(self, endpoint: Endpoint, lane: int) -> None:
         intended = lane * self.job.ramp_s / self.job.concurrency  # when the lane is first free
         await asyncio.sleep(self.t0 + intended - time.perf_counter())
-        while (index := self.take()) is not None:
-            intended = await self._request(session, index, intended)
+        conn = Lane(endpoint)
+        try:
+            while (index := self.take()) is not None:
+                intended = await self._request(conn, index, intended)
+        finally:
+            conn.close()
         if self.drain_s is None:
             self.drain_s = intended
 
-    async def _request(self, session: aiohttp.ClientSession, index: int, intended: float) -> float:
+    async def _request(self, conn: Lane, index: int, intended: float) -> float:
         job, t0 = self.job, self.t0
         spec = job.requests[index]
         body = {"prompt": spec.prompt, "max_tokens": spec.max_tokens, "ignore_eos": True,
@@ -264,27 +266,25 @@ class _Shard:
         if job.model is not None:
             body["model"] = job.model
         data = msgspec.json.encode(body)
-        headers = {"Content-Type": "application/json", "X-Request-Id": str(index)}
+        headers = b"Content-Type: application/json\r\nX-Request-Id: %d\r\n" % index
         rec = RequestRecord(job.arm, job.block, job.slot, index, index < job.warmup,
                             len(spec.prompt), spec.max_tokens, intended, 0.0)  # fmt: skip
         self.sent += 1
         if self.busy_s is None and self.sent - self.done == len(self.lanes):
             self.busy_s = time.perf_counter() - t0
         rec.send_s = time.perf_counter() - t0
+        stream = _Stream(rec, t0)
         try:
-            async with session.post(job.endpoint, data=data, headers=headers) as resp:
-                rec.status = resp.status
-                if resp.status == 200:
-                    await self._read_stream(resp, rec)
-                else:
-                    text = (await resp.read())[:200].decode(errors="replace")
-                    rec.error = f"HTTP {resp.status}: {text}"
+            rec.status = await conn.post(data, headers, stream.feed, job.timeout_s)
+            stream.finish()
         except asyncio.CancelledError:
-            rec.error = "interrupted"
+            rec.status, rec.error = conn.last_status, "interrupted"
             raise
         except FAILURES as e:
+            rec.status = conn.last_status
             rec.error = f"{type(e).__name__}: {e}".removesuffix(": ")
         finally:
+            self.tokens += len(rec.token_times_s)
             if rec.end_s is None:  # a failure before the stream's end
                 rec.end_s = time.perf_counter() - t0
             self.done += 1
@@ -294,42 +294,60 @@ class _Shard:
                 self.warmup_done_s = max(self.warmup_done_s or 0.0, rec.end_s)
         return rec.end_s
 
-    async def _read_stream(self, resp: aiohttp.ClientResponse, rec: RequestRecord) -> None:
-        """Count tokens per SSE event as chunks arrive; each token of a chunk gets its time.
 
-        A content event carries one token, or len(token_ids) where the server lists them; the
-        final usage.completion_tokens, when sent, becomes output_tokens (token_times_s keeps
-        what was streamed, so the two can be compared)."""
-        t0, times, tail, done, usage = self.t0, rec.token_times_s, b"", False, None
-        async for chunk in resp.content.iter_any():
-            now = time.perf_counter() - t0
-            chunk = tail + chunk if tail else chunk
-            if b"\r" in chunk:
-                chunk = chunk.replace(b"\r\n", b"\n")
-            *events, tail = chunk.split(b"\n\n")
-            before = len(times)
-            for raw in events:
-                data = _sse_data(raw)
-                if data is None:
-                    continue
-                if data == b"[DONE]":
-                    done = True
-                    continue
+class _Stream:
+    """One response, parsed as it arrives: SSE events counted into token times (every token of
+    a piece gets the piece's arrival time); a non-200 body kept for the error text.
+
+    A content event carries one token, or len(token_ids) where the server lists them; the
+    final usage.completion_tokens, when sent, becomes output_tokens (token_times_s keeps what
+    was streamed, so the two can be compared)."""
+
+    def __init__(self, rec: RequestRecord, t0: float):
+        self.rec, self.t0 = rec, t0
+        self.tail, self.done, self.usage, self.other = b"", False, None, b""
+
+    def feed(self, data: bytes, now: float, status: int) -> None:
+        if status != 200:
+            self.other = (self.other + data)[:300]
+            return
+        rec, t = self.rec, now - self.t0
+        chunk = self.tail + data if self.tail else data
+        if b"\r" in chunk:
+            chunk = chunk.replace(b"\r\n", b"\n")
+        *events, self.tail = chunk.split(b"\n\n")
+        for raw in events:
+            data = _sse_data(raw)
+            if data is None:
+                continue
+            if data == b"[DONE]":
+                self.done = True
+                continue
+            try:
                 event = _decode_event(data)
-                if event.error is not None:
-                    rec.error = f"stream error: {event.error}"[:300]
-                if event.usage is not None and event.usage.completion_tokens is not None:
-                    usage = event.usage.completion_tokens
-                if event.choices:
-                    choice = event.choices[0]
-                    n = len(choice.token_ids) if choice.token_ids else int(bool(choice.text))
-                    times.extend([now] * n)
-                    rec.finish_reason = choice.finish_reason or rec.finish_reason
-            self.tokens += len(times) - before
-        rec.end_s = time.perf_counter() - t0
+            except msgspec.DecodeError as exc:
+                rec.error = rec.error or f"malformed event: {exc}"[:300]
+                continue
+            if event.error is not None:
+                rec.error = f"stream error: {event.error}"[:300]
+            if event.usage is not None and event.usage.completion_tokens is not None:
+                self.usage = event.usage.completion_tokens
+            if event.choices:
+                choice = event.choices[0]
+                n = len(choice.token_ids) if choice.token_ids else int(bool(choice.text))
+                rec.token_times_s.extend([t] * n)
+                rec.finish_reason = choice.finish_reason or rec.finish_reason
+
+    def finish(self) -> None:
+        rec = self.rec
+        rec.end_s = time.perf_counter() - self.t0
+        if rec.status != 200:
+            rec.error = f"HTTP {rec.status}: {self.other.decode(errors='replace')}"[:300]
+            return
+        times = rec.token_times_s
         rec.first_token_s = times[0] if times else None
-        rec.output_tokens = len(times) if usage is None else usage
-        if not done and rec.error is None:
+        rec.output_tokens = len(times) if self.usage is None else self.usage
+        if not self.done and rec.error is None:
             rec.error = "stream ended before [DONE]"
 
 

@@ -299,10 +299,10 @@ def test_shards_keep_c_in_flight_in_total():
 def test_a_bug_in_a_lane_is_raised_not_recorded(monkeypatch):
     from harness import loadgen
 
-    async def broken(self, resp, rec):
+    def broken(self):
         raise RuntimeError("bug")
 
-    monkeypatch.setattr(loadgen._Shard, "_read_stream", broken)
+    monkeypatch.setattr(loadgen._Stream, "finish", broken)
 
     async def main():
         async with MockServer(MockConfig(ttft_ms=1, itl_ms=1, output_tokens=2)) as mock:
