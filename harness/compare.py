@@ -264,7 +264,11 @@ def render(result: Comparison) -> Group:
     figures = _table(f"B against A, {result.blocks} paired blocks", "figure", a, b, ci, "verdict")
     for f in result.figures:
         figures.add_row(
-            f"{f.label} ({f.unit})", _num(f.a), _num(f.b), _ci(f.change), _verdict(f.change)
+            f"{f.label} ({f.unit})",
+            number(f.a),
+            number(f.b),
+            change_text(f.change),
+            verdict_text(f.change),
         )
     servers = _table("per server, schedule order", "figure", a, b)
     for f in result.figures:
@@ -280,12 +284,18 @@ def render(result: Comparison) -> Group:
         )
         table = _table(title, "phase", a, b, ci, "verdict")
         for p in result.phases:
-            table.add_row(p.name, _num(p.a_ms), _num(p.b_ms), _ci(p.change), _verdict(p.change))
+            table.add_row(
+                p.name,
+                number(p.a_ms),
+                number(p.b_ms),
+                change_text(p.change),
+                verdict_text(p.change),
+            )
         parts.append(table)
     if result.messages:
         table = _table("ms per request (worker.msg.*)", "stage", a, b)
         for m in result.messages:
-            table.add_row(("  " if m.parent else "") + m.name, _num(m.a_ms), _num(m.b_ms))
+            table.add_row(("  " if m.parent else "") + m.name, number(m.a_ms), number(m.b_ms))
         parts.append(table)
     parts += [f"[yellow]doubt:[/] {escape(d)}" for d in result.doubts]
     return Group(*parts)
@@ -299,7 +309,7 @@ def _table(title: str, first: str, *columns: str) -> Table:
     return table
 
 
-def _num(value: float | None) -> str:
+def number(value: float | None) -> str:
     if value is None or not math.isfinite(value):
         return "-"
     if abs(value) >= 100:
@@ -307,16 +317,16 @@ def _num(value: float | None) -> str:
     return f"{value:.1f}" if abs(value) >= 10 else f"{value:.3f}"
 
 
-def _joined(values: list, show=_num) -> str:
+def _joined(values: list, show=number) -> str:
     return " / ".join(show(v) for v in values) or "-"
 
 
-def _ci(change: Change) -> str:
+def change_text(change: Change) -> str:
     if change.ratio is None:
         return "-"
     return f"{change.ratio - 1:+.1%} ({change.low - 1:+.1%} .. {change.high - 1:+.1%})"
 
 
-def _verdict(change: Change) -> str:
+def verdict_text(change: Change) -> str:
     weaker = " (1 block)" if change.method == WITHIN_BLOCK else ""
     return change.verdict + weaker

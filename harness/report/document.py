@@ -14,10 +14,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from harness import phases
-from harness.compare import LETTERS, Comparison, FigureRow, PhaseRow
-from harness.compare import _ci as change_text
-from harness.compare import _num as number
-from harness.compare import _verdict as verdict_text
+from harness.compare import (
+    LETTERS,
+    Comparison,
+    FigureRow,
+    PhaseRow,
+    change_text,
+    number,
+    verdict_text,
+)
 from harness.report.blocks import Block, Bullets, Heading, Image, Table, Text
 from harness.stats import FASTER, NO_CHANGE, SLOWER, WITHIN_BLOCK
 
