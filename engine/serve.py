@@ -79,14 +79,10 @@ async def _serve(scenario: Scenario, sock: socket.socket, ipc_dir: str, server_i
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     code = 0
+    stopped = asyncio.ensure_future(stop.wait())
+    exited = asyncio.ensure_future(asyncio.to_thread(worker.wait))  # one waiter thread
     try:
-        ready_or_stop = asyncio.ensure_future(
-            asyncio.wait(
-                [client.ready, asyncio.ensure_future(stop.wait()), _exited(worker)],
-                return_when=asyncio.FIRST_COMPLETED,
-            )
-        )
-        await ready_or_stop
+        await asyncio.wait([client.ready, stopped, exited], return_when=asyncio.FIRST_COMPLETED)
         if client.ready.done():
             ready = client.ready.result()
             on_ready(app, ready.vocab_size, ready.max_model_len)
@@ -99,10 +95,7 @@ async def _serve(scenario: Scenario, sock: socket.socket, ipc_dir: str, server_i
                 ready.device,
                 f"{ready.parameters:,}",
             )
-            done, _ = await asyncio.wait(
-                [asyncio.ensure_future(stop.wait()), _exited(worker)],
-                return_when=asyncio.FIRST_COMPLETED,
-            )
+            await asyncio.wait([stopped, exited], return_when=asyncio.FIRST_COMPLETED)
         if worker.poll() is not None:
             log.error("the worker exited with code %s; stopping", worker.returncode)
             code = 1
@@ -111,10 +104,6 @@ async def _serve(scenario: Scenario, sock: socket.socket, ipc_dir: str, server_i
         await runner.cleanup()
         _stop_worker(worker)
     return code
-
-
-def _exited(proc: subprocess.Popen) -> asyncio.Future:
-    return asyncio.ensure_future(asyncio.to_thread(proc.wait))
 
 
 def _stop_worker(proc: subprocess.Popen) -> None:

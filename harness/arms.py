@@ -53,13 +53,18 @@ def git(*args: str, cwd: Path = REPO) -> str:
     return proc.stdout.strip()
 
 
+def git_or_none(*args: str) -> str | None:
+    """A git query that may fail (an unknown ref, no checkout): its output, or None."""
+    proc = subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True)
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
 def _tree_state() -> tuple[str | None, bool, str | None]:
     """HEAD, whether the tree differs from it, and a hash of the difference (all unknown
     outside a git checkout, e.g. a copied tree on a remote machine)."""
-    probe = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True)
-    if probe.returncode != 0:
+    head = git_or_none("rev-parse", "HEAD")
+    if head is None:
         return None, False, None
-    head = probe.stdout.strip()
     diff = subprocess.run(["git", "diff", "HEAD", "--binary"], cwd=REPO, capture_output=True).stdout
     untracked = git("ls-files", "--others", "--exclude-standard")
     if not diff and not untracked:
@@ -90,13 +95,7 @@ def _worktree_for(commit: str) -> Path:
 def default_base() -> str:
     """The merge-base of HEAD with main, or the first commit when there is no main."""
     for main in ("main", "origin/main", "master"):
-        probe = subprocess.run(
-            ["git", "rev-parse", "--verify", "--quiet", main],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-        )
-        if probe.returncode == 0:
+        if git_or_none("rev-parse", "--verify", "--quiet", main) is not None:
             return git("merge-base", "HEAD", main)
     return git("rev-list", "--max-parents=0", "HEAD").splitlines()[-1]
 
@@ -115,18 +114,12 @@ def resolve(letter: str, name: str, spec: str) -> Arm:
             raise BenchError(str(exc)) from None
         head, dirty, digest = _tree_state()
         return Arm(letter, name, "overrides", spec, head, dirty, digest, overrides, tree=str(REPO))
-    probe = subprocess.run(
-        ["git", "rev-parse", "--verify", "--quiet", f"{spec}^{{commit}}"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-    )
-    if probe.returncode != 0:
+    commit = git_or_none("rev-parse", "--verify", "--quiet", f"{spec}^{{commit}}")
+    if commit is None:
         raise BenchError(
             f"arm {name}: git ref {spec!r} does not resolve; try a branch, tag or "
             "commit (git log --oneline)"
         )
-    commit = probe.stdout.strip()
     head, dirty, _ = _tree_state()
     tree = REPO if commit == head and not dirty else _worktree_for(commit)
     return Arm(letter, name, "ref", spec, commit, tree=str(tree))

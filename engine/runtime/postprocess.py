@@ -152,11 +152,9 @@ class PhasedPostprocess:
         if not request.runtime_stops:
             return request.stops
         decided = None
-        declared = self.runtime.policy_for(out.walk) if out.walk is not None else None
-        if declared is not None:
-            tokens = out.check_stop_buffers.get(declared[1].token_column)
-            if tokens is not None:
-                decided = self.runtime.check_stops(out.walk, handles, tokens)
+        tokens = self.runtime.token_column(out.walk, out.check_stop_buffers)
+        if tokens is not None:
+            decided = self.runtime.check_stops(out.walk, handles, tokens)
         if decided is None:  # nothing declared for this step: the model decides every row
             missed = np.ones(rows, dtype=bool)
             check = StopCheck.none(rows)

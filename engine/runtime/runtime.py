@@ -71,6 +71,12 @@ class GraphRuntime:
     def policy_for(self, walk: str) -> tuple[str, StopPolicy] | None:
         return self._policies.get(walk)
 
+    def token_column(self, walk: str | None, buffers: dict[str, np.ndarray]) -> np.ndarray | None:
+        """The stop buffer a step's declared policy reads; None when the runtime cannot check
+        the step (it mixes walks, its walk declares no policy, or the buffer is missing)."""
+        declared = self._policies.get(walk) if walk is not None else None
+        return None if declared is None else buffers.get(declared[1].token_column)
+
     # --- requests ------------------------------------------------------------------------
     def add_request(self, rid: int) -> int:
         if self._handles.num_free == 0:

@@ -179,8 +179,7 @@ class Worker:
 
     def _runtime_can_check(self, out: StepOutput) -> bool:
         """One walk, a declared policy, and the stop buffer its token column names."""
-        declared = self.runtime.policy_for(out.walk) if out.walk is not None else None
-        return declared is not None and declared[1].token_column in out.check_stop_buffers
+        return self.runtime.token_column(out.walk, out.check_stop_buffers) is not None
 
     def _check_stop(self, out: StepOutput, rows: np.ndarray) -> StopCheck:
         reqs = [self.engine.requests[int(out.rids[i])] for i in rows]
