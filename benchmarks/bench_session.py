@@ -115,9 +115,9 @@ class SchedulerStep:
     def setup(self, running):
         import torch
 
+        from engine.cache import CacheShapes, KVCache
         from engine.config import EngineConfig
         from engine.layers.sampler import SamplingParams
-        from engine.worker.kv_cache import CacheShapes, KVCache
         from engine.worker.request import Request
         from engine.worker.scheduler import Scheduler
 

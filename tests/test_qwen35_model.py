@@ -10,9 +10,9 @@ import torch
 from safetensors.torch import save_file
 
 from engine.batch import ForwardBatch
+from engine.cache import KVCache
 from engine.models import build_model
 from engine.models.qwen35 import PRESETS, CheckpointError, Qwen35ForCausalLM
-from engine.worker.kv_cache import KVCache
 
 
 @pytest.fixture(scope="module")

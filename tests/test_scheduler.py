@@ -6,9 +6,9 @@ from dataclasses import replace
 
 import torch
 
+from engine.cache import CacheShapes, KVCache
 from engine.config import EngineConfig
 from engine.layers.sampler import SamplingParams
-from engine.worker.kv_cache import CacheShapes, KVCache
 from engine.worker.request import Request
 from engine.worker.scheduler import Scheduler
 

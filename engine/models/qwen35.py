@@ -18,13 +18,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from engine.batch import ForwardBatch
+from engine.cache import CacheShapes, KVCache
 from engine.layers.attention import GatedAttention
 from engine.layers.gated_delta import GatedDeltaNet
 from engine.layers.norm import RMSNorm
 from engine.layers.rotary import RotaryEmbedding
 from engine.models.hf_checkpoint import CheckpointError, load_safetensors
 from engine.models.qwen35_config import FULL, LINEAR, PRESETS, Qwen35Config
-from engine.worker.kv_cache import CacheShapes, KVCache
 
 
 class Qwen35MLP(nn.Module):

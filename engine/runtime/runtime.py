@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from engine.cache import FreeList
 from engine.runtime.graph import GraphSpec
 from engine.runtime.stops import StopColumns, StopKind, StopLimits, StopPolicy, cap_reached
-from engine.worker.kv_cache import FreeList
 
 MAX_EOS = 8  # EOS ids a request may carry; more is a configuration error
 

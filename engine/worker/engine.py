@@ -13,11 +13,11 @@ import numpy as np
 import torch
 
 from engine.batch import ForwardBatch
+from engine.cache import KVCache
 from engine.config import ConfigError, EngineConfig
 from engine.layers.sampler import SamplingParams, sample
 from engine.messages import AddRequest
 from engine.runtime.postprocess import StepOutput
-from engine.worker.kv_cache import KVCache
 from engine.worker.request import Request
 from engine.worker.scheduler import ScheduledRow, Scheduler
 

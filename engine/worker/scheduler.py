@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
+from engine.cache import KVCache
 from engine.config import EngineConfig
-from engine.worker.kv_cache import KVCache
 from engine.worker.request import Request
 
 
