@@ -1,27 +1,54 @@
 """What one model step reads: the rows scheduled together, flattened.
 
 Rows are requests. Each row contributes `num_new` tokens (a prompt chunk for a prefill row,
-one token for a decode row); all rows' tokens are concatenated in row order.
+one token for a decode row); all rows' tokens are concatenated in row order. `ops` is the
+backend the model's cached path calls (engine/kernels): the torch reference unless the engine
+chose the CUDA kernels; the kernel fields are set by the engine's staged inputs.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 
 @dataclass
+class HostLayout:
+    """The step's paged-KV layout on the host, for backends that plan on the CPU (FlashInfer)."""
+
+    kv_indptr: torch.Tensor  # [R + 1] int32, row r's pages are kv_indices[indptr[r]:indptr[r+1]]
+    kv_last_page_len: torch.Tensor  # [R] int32, tokens in each row's last page
+    qo_indptr: torch.Tensor  # [R + 1] int32, the same as cu_seqlens
+    cu_seqlens: np.ndarray  # [R + 1] int64 numpy, for kernels that size their grid on the host
+
+
+@dataclass
 class ForwardBatch:
-    input_ids: torch.Tensor  # [T] int64, every row's new tokens, concatenated
-    positions: torch.Tensor  # [T] int64, absolute position of each token in its request
-    cu_seqlens: torch.Tensor  # [R + 1] int64, row r's tokens are [cu[r], cu[r+1])
+    input_ids: torch.Tensor  # [T] int, every row's new tokens, concatenated
+    positions: torch.Tensor  # [T] int, absolute position of each token in its request
+    cu_seqlens: torch.Tensor  # [R + 1] int, row r's tokens are [cu[r], cu[r+1])
     num_cached: list[int]  # per row, tokens already in the cache before this step
     num_new: list[int]  # per row, tokens in this step
     page_table: torch.Tensor  # [R, max_pages] int32, row r's pages; -1 pads
-    slot_mapping: torch.Tensor  # [T] int64, page * page_size + offset where each token's K/V go
-    state_slots: torch.Tensor  # [R] int64, each row's recurrent-state slot
+    slot_mapping: torch.Tensor  # [T] int, page * page_size + offset where each token's K/V go
+    state_slots: torch.Tensor  # [R] int, each row's recurrent-state slot
     is_decode: bool  # every row has num_new == 1 and num_cached > 0
+    ops: object = None  # the step's backend (engine/kernels); None: the torch reference
+    token_row: torch.Tensor | None = None  # [T] int32, the row of each token (kernels)
+    cached: torch.Tensor | None = None  # [R] int32, num_cached on the device (kernels)
+    kv_indices: torch.Tensor | None = None  # [pages] int32, every row's pages, concatenated
+    last_index: torch.Tensor | None = None  # [R] int32, staged last_token_index
+    host: HostLayout | None = None
+
+    def __post_init__(self) -> None:
+        if (
+            self.ops is None
+        ):  # imported here: the reference ops import the layers, which import this
+            from engine.kernels.torch_ops import TORCH_OPS
+
+            self.ops = TORCH_OPS
 
     @property
     def num_rows(self) -> int:
@@ -34,4 +61,6 @@ class ForwardBatch:
     @property
     def last_token_index(self) -> torch.Tensor:
         """[R] index into the flat token axis of each row's last token (where logits come from)."""
+        if self.last_index is not None:
+            return self.last_index
         return self.cu_seqlens[1:] - 1

@@ -41,6 +41,10 @@ class EngineConfig:
     # threads on a loaded 2-core machine).
     cpu_threads: int = 1
     runtime_stops: bool = True  # declared stop policies checked in the runtime
+    # Kernel backend of the model step (engine/kernels): "auto" runs the CUDA kernels
+    # (Triton, FlashInfer, flash-linear-attention) on a CUDA device and the torch reference
+    # elsewhere; "torch" forces the reference, "cuda" the kernels (an error without CUDA).
+    kernels: str = "auto"
     # Planted slowdown of the worker loop, for `bench power` and harness tests only.
     planted_delay_us: int = 0
 

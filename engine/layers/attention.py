@@ -45,7 +45,7 @@ def torch_paged_attention(
 ) -> torch.Tensor:
     """Write the step's K/V into the cache, then attend each row's queries causally over its
     cached and new keys. Returns [T, q_heads, head_dim]."""
-    write_kv(k_cache, v_cache, k, v, batch.slot_mapping)
+    write_kv(k_cache, v_cache, k, v, batch.slot_mapping.long())
     if batch.is_decode:
         return _paged_decode(q, k_cache, v_cache, batch, scale)
     return _paged_prefill(q, k_cache, v_cache, batch, scale)
@@ -127,9 +127,16 @@ class GatedAttention(nn.Module):
         return self.o_proj(out.reshape(out.shape[0], -1) * torch.sigmoid(gate))
 
     def forward(self, x, cos, sin, batch: ForwardBatch, k_cache, v_cache) -> torch.Tensor:
-        q, k, v, gate = self._project(x, cos, sin)
-        return self._output(
-            torch_paged_attention(q, k, v, k_cache, v_cache, batch, self.scale), gate
+        """The cached path, through the step's ops (the torch reference or the CUDA kernels)."""
+        ops, tokens, dim = batch.ops, x.shape[0], self.head_dim
+        packed, k, v = ops.project(x, (self.q_proj, self.k_proj, self.v_proj))
+        query_gate = packed.view(tokens, self.heads, 2 * dim)
+        q = ops.head_norm_rope(query_gate[..., :dim], self.q_norm, cos, sin)
+        k = ops.head_norm_rope(k.view(tokens, self.kv_heads, dim), self.k_norm, cos, sin)
+        v = v.view(tokens, self.kv_heads, dim)
+        out = ops.attention(q, k, v, k_cache, v_cache, batch, self.scale)
+        return self.o_proj(
+            out.reshape(tokens, -1) * torch.sigmoid(query_gate[..., dim:]).flatten(1)
         )
 
     def forward_full(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

@@ -158,30 +158,21 @@ class GatedDeltaNet(nn.Module):
         return self.out_proj(self.norm(core, z).reshape(x.shape[0], -1))
 
     def forward(self, x, batch: ForwardBatch, conv_state, ssm_state) -> torch.Tensor:
-        """x [T, hidden] of the step's rows; reads and updates each row's state slot."""
-        mixed = self.in_proj_qkv(x)
-        g, beta = gdn_gates(self.in_proj_a(x), self.in_proj_b(x), self.A_log, self.dt_bias)
-        weight = self.conv1d.weight[:, 0, :]
-        if not batch.is_decode:
-            return self._output(
-                self._prefill(mixed, g, beta, weight, batch, conv_state, ssm_state), x
-            )
-        slots = batch.state_slots
-        q, k, v = self._split(torch_causal_conv1d_update(mixed, weight, conv_state, slots))
-        # Rows become the batch axis of a one-token recurrence.
-        core, state = torch_gated_delta_rule_recurrent(
-            q[:, None], k[:, None], v[:, None], g[:, None], beta[:, None], ssm_state[slots]
-        )
-        ssm_state.index_copy_(0, slots, state)
-        return self._output(core[:, 0], x)
+        """x [T, hidden] of the step's rows; reads and updates each row's state slot through
+        the step's ops (the torch reference or the CUDA kernels)."""
+        ops = batch.ops
+        projections = (self.in_proj_qkv, self.in_proj_z, self.in_proj_b, self.in_proj_a)
+        mixed, z, b, a = ops.project(x, projections)
+        core = ops.linear_attention(self, mixed, a, b, conv_state, ssm_state, batch)
+        return self.out_proj(ops.gated_norm(core, z, self.norm))
 
     def _prefill(self, mixed, g, beta, weight, batch: ForwardBatch, conv_state, ssm_state):
         """Row by row; a row with nothing cached starts from zeros whatever its slot holds,
         a chunked-prefill row (num_cached > 0) continues from its slot."""
         core = mixed.new_empty(mixed.shape[0], self.v_heads, self.v_dim)
-        start = 0
+        start, state_slots = 0, batch.state_slots.long()
         for row, (cached, new) in enumerate(zip(batch.num_cached, batch.num_new, strict=True)):
-            tokens, slot = slice(start, start + new), batch.state_slots[row : row + 1]
+            tokens, slot = slice(start, start + new), state_slots[row : row + 1]
             conv0, state0 = conv_state[slot], ssm_state[slot]
             if cached == 0:
                 conv0, state0 = torch.zeros_like(conv0), torch.zeros_like(state0)
@@ -210,3 +201,23 @@ class GatedDeltaNet(nn.Module):
             q[None], k[None], v[None], g[None], beta[None], state
         )
         return self._output(core[0], x)
+
+
+def torch_linear_attention(
+    layer: GatedDeltaNet, mixed, a, b, conv_state, ssm_state, batch: ForwardBatch
+) -> torch.Tensor:
+    """The reference of a step's Gated DeltaNet core: conv, gates and delta rule over the
+    projections mixed [T, conv_dim], a and b [T, Hv]; returns [T, Hv, V] and updates the slots.
+    Decode rows are one vectorised recurrence; prefill rows run one at a time."""
+    g, beta = gdn_gates(a, b, layer.A_log, layer.dt_bias)
+    weight = layer.conv1d.weight[:, 0, :]
+    if not batch.is_decode:
+        return layer._prefill(mixed, g, beta, weight, batch, conv_state, ssm_state)
+    slots = batch.state_slots.long()
+    q, k, v = layer._split(torch_causal_conv1d_update(mixed, weight, conv_state, slots))
+    # Rows become the batch axis of a one-token recurrence.
+    core, state = torch_gated_delta_rule_recurrent(
+        q[:, None], k[:, None], v[:, None], g[:, None], beta[:, None], ssm_state[slots]
+    )
+    ssm_state.index_copy_(0, slots, state)
+    return core[:, 0]

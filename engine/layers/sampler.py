@@ -39,10 +39,14 @@ class SamplingParams:
         return self.temperature == 0
 
 
+def row_seed(seed: int, output_index: int) -> int:
+    """The seed of one seeded row at one output position; stable across processes."""
+    return zlib.crc32(f"{seed}:{output_index}".encode())
+
+
 def row_generator(seed: int, output_index: int, device: torch.device) -> torch.Generator:
-    """The generator of one seeded row at one output position; stable across processes."""
-    mixed = zlib.crc32(f"{seed}:{output_index}".encode())
-    return torch.Generator(device=device).manual_seed(mixed)
+    """The generator of one seeded row at one output position."""
+    return torch.Generator(device=device).manual_seed(row_seed(seed, output_index))
 
 
 def _draw(logits: torch.Tensor, params: list[SamplingParams], generator=None) -> torch.Tensor:

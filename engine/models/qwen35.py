@@ -63,13 +63,18 @@ class Qwen35DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps)
 
-    def forward(self, x, cos, sin, batch: ForwardBatch, cache: KVCache) -> torch.Tensor:
-        h, i = self.input_layernorm(x), self.cache_index
+    def forward(self, x, residual, cos, sin, batch: ForwardBatch, cache: KVCache):
+        """The cached path. The residual stream is carried beside the layer's output so each
+        norm fuses the add before it: returns (this layer's output, residual before it)."""
+        ops, i = batch.ops, self.cache_index
+        h, residual = ops.norm(x, self.input_layernorm, residual)
         if self.is_full:
             h = self.self_attn(h, cos, sin, batch, cache.k[i], cache.v[i])
         else:
             h = self.linear_attn(h, batch, cache.conv_state[i], cache.ssm_state[i])
-        return self._mlp(x + h)
+        h, residual = ops.norm(h, self.post_attention_layernorm, residual)
+        mlp = self.mlp
+        return mlp.down_proj(ops.swiglu(h, mlp.gate_proj, mlp.up_proj)), residual
 
     def forward_full(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         h = self.input_layernorm(x)
@@ -122,20 +127,26 @@ class Qwen35ForCausalLM(nn.Module):
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
-    def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
+    def _head(self, normed: torch.Tensor) -> torch.Tensor:
         head = self.model.embed_tokens if self.config.tie_word_embeddings else self.lm_head
-        return F.linear(self.model.norm(hidden), head.weight).float()
+        return F.linear(normed, head.weight).float()
+
+    def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self._head(self.model.norm(hidden))
 
     @torch.no_grad()
     def forward(self, batch: ForwardBatch, cache: KVCache) -> torch.Tensor:
         """Float32 logits [R, vocab] of each row's last token. Writes the step's K/V through
         slot_mapping and updates each row's state slot; a row with num_cached == 0 starts
         from a zero state, any other row continues from its slot (chunked prefill, decode)."""
-        x = self.model.embed_tokens(batch.input_ids)
+        batch.ops.begin_step(batch)
+        x, residual = self.model.embed_tokens(batch.input_ids), None
         cos, sin = self.rotary(batch.positions)
         for layer in self.model.layers:
-            x = layer(x, cos, sin, batch, cache)
-        return self._logits(x[batch.last_token_index])
+            x, residual = layer(x, residual, cos, sin, batch, cache)
+        last = batch.last_token_index
+        hidden, _ = batch.ops.norm(x[last], self.model.norm, residual[last])
+        return self._head(hidden)
 
     @torch.no_grad()
     def forward_full(self, input_ids: torch.Tensor) -> torch.Tensor:

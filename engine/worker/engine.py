@@ -12,14 +12,15 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from engine.batch import ForwardBatch
 from engine.cache import KVCache
 from engine.config import ConfigError, EngineConfig
-from engine.layers.sampler import SamplingParams, sample
+from engine.kernels import build_ops
+from engine.layers.sampler import SamplingParams
 from engine.messages import AddRequest
 from engine.runtime.postprocess import StepOutput
 from engine.worker.request import Request
 from engine.worker.scheduler import ScheduledRow, Scheduler
+from engine.worker.step_inputs import StepInputs
 
 
 @dataclass
@@ -66,6 +67,13 @@ class Engine:
             self.device,
         )
         self.scheduler = Scheduler(config, self.cache)
+        self.ops = build_ops(config.kernels, model, self.device, config.page_size)
+        self.inputs = StepInputs(
+            config.max_tokens_per_step,
+            config.max_rows,
+            self.cache.pages_for(config.max_model_len),
+            self.device,
+        )
         self.requests: dict[int, Request] = {}
         self._arrivals = 0
 
@@ -83,7 +91,7 @@ class Engine:
 
     @torch.inference_mode()
     def launch(self, rows: list[ScheduledRow]) -> PendingStep:
-        batch = self._batch(rows)
+        batch = self.inputs.stage(rows, self.cache.page_size, self.ops)
         logits = self.model(batch, self.cache)
         sampled = [i for i, row in enumerate(rows) if row.samples]
         for row in rows:
@@ -92,8 +100,10 @@ class Engine:
         if not picked:  # every row was a prompt chunk that does not end its prompt
             empty = torch.empty(0, dtype=torch.int64, device=self.device)
             return PendingStep(rows, sampled, empty, None)
-        tokens, logprobs = sample(
-            logits[sampled], [r.sampling for r in picked], [r.num_output for r in picked]
+        if len(sampled) < len(rows):
+            logits = logits[sampled]
+        tokens, logprobs = self.ops.sample(
+            logits, [r.sampling for r in picked], [r.num_output for r in picked]
         )
         want_logprobs = any(r.sampling.logprobs for r in picked)
         return PendingStep(rows, sampled, tokens, logprobs if want_logprobs else None)
@@ -101,36 +111,6 @@ class Engine:
     def step_finished(self, output: StepOutput) -> None:
         for rid, token in zip(output.rids.tolist(), output.tokens.tolist(), strict=True):
             self.requests[rid].tokens.append(token)
-
-    def _batch(self, rows: list[ScheduledRow]) -> ForwardBatch:
-        page_size = self.cache.page_size
-        ids, positions, slots, cu, tables = [], [], [], [0], []
-        for row in rows:
-            req = row.request
-            start, end = req.num_cached, req.num_cached + row.num_new
-            ids.extend(req.tokens[start:end])
-            pos = np.arange(start, end)
-            positions.append(pos)
-            pages = np.asarray(req.pages, dtype=np.int64)
-            slots.append(pages[pos // page_size] * page_size + pos % page_size)
-            cu.append(cu[-1] + row.num_new)
-            tables.append(req.pages[: self.cache.pages_for(end)])
-        width = max(len(t) for t in tables)
-        table = np.full((len(rows), width), -1, dtype=np.int32)
-        for i, pages in enumerate(tables):
-            table[i, : len(pages)] = pages
-        dev = self.device
-        return ForwardBatch(
-            input_ids=torch.tensor(ids, dtype=torch.int64, device=dev),
-            positions=torch.from_numpy(np.concatenate(positions)).to(dev),
-            cu_seqlens=torch.tensor(cu, dtype=torch.int64, device=dev),
-            num_cached=[r.request.num_cached for r in rows],
-            num_new=[r.num_new for r in rows],
-            page_table=torch.from_numpy(table).to(dev),
-            slot_mapping=torch.from_numpy(np.concatenate(slots)).to(dev),
-            state_slots=torch.tensor([r.request.slot for r in rows], dtype=torch.int64, device=dev),
-            is_decode=all(r.walk == "decode" for r in rows),
-        )
 
     def pool_stats(self) -> dict[str, int]:
         return {

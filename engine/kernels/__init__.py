@@ -1,0 +1,37 @@
+"""Kernel backends: how the ops of a model step run.
+
+`torch` is the reference (engine/layers, any device). `cuda` runs the step on kernels:
+Triton kernels of our own for norms, rotary, conv and the Gated DeltaNet recurrence over the
+state pool, flash-linear-attention's chunked kernel for long Gated DeltaNet prefills,
+FlashInfer's paged attention and sampling. The engine picks one by name
+(`engine.kernels` in a scenario); `auto` means `cuda` on a CUDA device, else `torch`.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from engine.config import ConfigError
+from engine.kernels.torch_ops import TORCH_OPS
+
+BACKENDS = ("auto", "torch", "cuda")
+
+
+def resolve_backend(name: str, device: torch.device) -> str:
+    if name not in BACKENDS:
+        raise ConfigError(f"engine.kernels must be one of {', '.join(BACKENDS)}, got {name!r}")
+    if name == "auto":
+        return "cuda" if device.type == "cuda" else "torch"
+    if name == "cuda" and device.type != "cuda":
+        raise ConfigError("engine.kernels=cuda needs engine.device=cuda")
+    return name
+
+
+def build_ops(name: str, model: nn.Module, device: torch.device, page_size: int):
+    """The ops object a step's ForwardBatch carries for `model` on `device`."""
+    if resolve_backend(name, device) == "torch":
+        return TORCH_OPS
+    from engine.kernels.cuda_ops import CudaOps  # imports triton: only where CUDA runs
+
+    return CudaOps(model, device, page_size)

@@ -1,0 +1,136 @@
+"""The CUDA backend: a step's ops on kernels, with the torch reference's semantics.
+
+- Projections that read the same input run as one GEMM: the layer's weights are packed into
+  one buffer at startup and each Linear's weight becomes a view of its rows (no copy kept).
+- Norms, q/k norm + rotary, the gated norm, SiLU-and-multiply, the K/V store: Triton
+  (triton_norms.py). Attention: FlashInfer for bf16/fp16; fp32 (the verification mode) uses
+  the torch reference attention, since FlashInfer has no fp32 kernels.
+- Gated DeltaNet: the conv and, for decode steps and fp32, the recurrence run on our Triton
+  kernels in place on the state pool (triton_gdn.py); bf16/fp16 prefill and mixed steps run
+  flash-linear-attention's chunked kernel over every row at once (varlen), states gathered
+  from and written back to the pool once per layer.
+- Sampling: FlashInfer (gpu_sampler.py).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from engine.kernels import triton_gdn, triton_norms
+from engine.kernels.flashinfer_attention import FlashInferAttention
+from engine.kernels.gpu_sampler import sample_on_gpu
+from engine.layers.attention import GatedAttention, torch_paged_attention
+from engine.layers.gated_delta import GatedDeltaNet, gdn_gates
+from engine.layers.norm import GatedRMSNorm, RMSNorm
+
+
+def _pack(linears: tuple[nn.Linear, ...]) -> torch.Tensor:
+    """One weight for several Linears of the same input; each keeps a view of its rows."""
+    packed = torch.cat([linear.weight.detach() for linear in linears])
+    start = 0
+    for linear in linears:
+        rows = linear.weight.shape[0]
+        linear.weight.data = packed[start : start + rows]
+        start += rows
+    return packed
+
+
+class CudaOps:
+    name = "cuda"
+
+    def __init__(self, model: nn.Module, device: torch.device, page_size: int):
+        self.device = device
+        self.dtype = next(model.parameters()).dtype
+        self.weights: dict[nn.Module, torch.Tensor] = {}  # norm -> fp32 scale
+        self.packed: dict[tuple[nn.Linear, ...], tuple[torch.Tensor, list[int]]] = {}
+        self.attention_backend: FlashInferAttention | None = None
+        for module in model.modules():
+            if isinstance(module, RMSNorm):
+                self.weights[module] = (1.0 + module.weight.detach().float()).contiguous()
+            elif isinstance(module, GatedRMSNorm):
+                self.weights[module] = module.weight.detach().float().contiguous()
+            elif isinstance(module, GatedAttention):
+                self._register(module.q_proj, module.k_proj, module.v_proj)
+                if self.attention_backend is None and self.dtype != torch.float32:
+                    self.attention_backend = FlashInferAttention(
+                        module.heads, module.kv_heads, module.head_dim, page_size,
+                        self.dtype, device,
+                    )  # fmt: skip
+            elif isinstance(module, GatedDeltaNet):
+                proj = (module.in_proj_qkv, module.in_proj_z, module.in_proj_b, module.in_proj_a)
+                self._register(*proj)
+            if hasattr(module, "gate_proj") and hasattr(module, "up_proj"):
+                self._register(module.gate_proj, module.up_proj)
+        self._chunked = False  # this step's Gated DeltaNet runs fla's chunked kernel
+        self._step = None  # (slots, keep, cu_seqlens, cu_seqlens on the host) of that step
+
+    def _register(self, *linears: nn.Linear) -> None:
+        self.packed[linears] = (_pack(linears), [linear.weight.shape[0] for linear in linears])
+
+    # --- per step ------------------------------------------------------------------------
+    def begin_step(self, batch) -> None:
+        if self.attention_backend is not None:
+            self.attention_backend.plan(batch)
+        self._chunked = not batch.is_decode and self.dtype != torch.float32
+        if self._chunked:
+            self._step = (
+                batch.state_slots.long(),
+                (batch.cached > 0)[:, None, None, None],
+                batch.cu_seqlens.long(),
+                torch.from_numpy(batch.host.cu_seqlens),
+            )
+
+    # --- ops -----------------------------------------------------------------------------
+    def project(self, x: torch.Tensor, linears) -> list[torch.Tensor]:
+        weight, sizes = self.packed[linears]
+        return list(torch.nn.functional.linear(x, weight).split(sizes, dim=-1))
+
+    def norm(self, x, norm: RMSNorm, residual=None):
+        return triton_norms.rms_norm(x, self.weights[norm], norm.eps, residual)
+
+    def head_norm_rope(self, x, norm: RMSNorm, cos, sin) -> torch.Tensor:
+        return triton_norms.head_norm_rope(x, self.weights[norm], cos, sin, norm.eps)
+
+    def attention(self, q, k, v, k_cache, v_cache, batch, scale: float) -> torch.Tensor:
+        if self.attention_backend is None:
+            return torch_paged_attention(q, k, v, k_cache, v_cache, batch, scale)
+        tokens = k.shape[0]
+        triton_norms.store_kv(
+            k.view(tokens, -1), v.view(tokens, -1), k_cache, v_cache, batch.slot_mapping
+        )
+        return self.attention_backend.run(q, k_cache, v_cache)
+
+    def linear_attention(self, layer: GatedDeltaNet, mixed, a, b, conv_state, ssm_state, batch):
+        weight = layer.conv1d.weight[:, 0, :]
+        qkv = triton_gdn.causal_conv(mixed, weight, conv_state, batch)
+        if not self._chunked:
+            return triton_gdn.gated_delta_recurrent(
+                qkv, a, b, layer.A_log, layer.dt_bias, ssm_state, batch,
+                layer.k_heads, layer.k_dim, layer.v_dim,
+            )  # fmt: skip
+        from fla.ops.gated_delta_rule import chunk_gated_delta_rule
+
+        slots, keep, cu, cu_cpu = self._step
+        tokens, key = qkv.shape[0], layer.k_heads * layer.k_dim
+        q, k, v = qkv.split((key, key, layer.v_heads * layer.v_dim), dim=-1)
+        g, beta = gdn_gates(a, b, layer.A_log, layer.dt_bias)
+        out, final = chunk_gated_delta_rule(
+            q.reshape(1, tokens, layer.k_heads, layer.k_dim),
+            k.reshape(1, tokens, layer.k_heads, layer.k_dim),
+            v.reshape(1, tokens, layer.v_heads, layer.v_dim),
+            g=g[None], beta=beta[None], scale=layer.k_dim**-0.5,
+            initial_state=ssm_state[slots] * keep, output_final_state=True,
+            use_qk_l2norm_in_kernel=True, cu_seqlens=cu, cu_seqlens_cpu=cu_cpu,
+        )  # fmt: skip
+        ssm_state.index_copy_(0, slots, final.float())
+        return out[0]
+
+    def gated_norm(self, core, z, norm: GatedRMSNorm) -> torch.Tensor:
+        return triton_norms.gated_norm(core, z, self.weights[norm], norm.eps)
+
+    def swiglu(self, x, gate: nn.Linear, up: nn.Linear) -> torch.Tensor:
+        weight, _ = self.packed[(gate, up)]
+        return triton_norms.silu_mul(torch.nn.functional.linear(x, weight))
+
+    sample = staticmethod(sample_on_gpu)

@@ -1,0 +1,55 @@
+"""The reference backend: every op of a step in plain torch (engine/layers), on any device.
+
+A model's cached forward calls its ops through `batch.ops`; this class is what CPUs run and
+what every CUDA kernel is held to. Stateless: one instance serves every step.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from engine.layers.attention import torch_paged_attention
+from engine.layers.gated_delta import GatedDeltaNet, torch_linear_attention
+from engine.layers.norm import GatedRMSNorm, RMSNorm
+from engine.layers.rotary import apply_rotary
+from engine.layers.sampler import sample
+
+
+class TorchOps:
+    name = "torch"
+
+    def begin_step(self, batch) -> None:
+        """Nothing to plan: the reference ops read the batch's fields directly."""
+
+    def project(self, x: torch.Tensor, linears: tuple[nn.Linear, ...]) -> list[torch.Tensor]:
+        return [F.linear(x, linear.weight) for linear in linears]
+
+    def norm(
+        self, x: torch.Tensor, norm: RMSNorm, residual: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(norm(x + residual), x + residual); without a residual, (norm(x), x)."""
+        if residual is not None:
+            x = x + residual
+        return norm(x), x
+
+    def head_norm_rope(self, x, norm: RMSNorm, cos, sin) -> torch.Tensor:
+        return apply_rotary(norm(x), cos, sin)
+
+    def attention(self, q, k, v, k_cache, v_cache, batch, scale: float) -> torch.Tensor:
+        return torch_paged_attention(q, k, v, k_cache, v_cache, batch, scale)
+
+    def linear_attention(self, layer: GatedDeltaNet, mixed, a, b, conv_state, ssm_state, batch):
+        return torch_linear_attention(layer, mixed, a, b, conv_state, ssm_state, batch)
+
+    def gated_norm(self, core: torch.Tensor, z: torch.Tensor, norm: GatedRMSNorm) -> torch.Tensor:
+        return norm(core, z.reshape(core.shape)).reshape(core.shape[0], -1)
+
+    def swiglu(self, x: torch.Tensor, gate: nn.Linear, up: nn.Linear) -> torch.Tensor:
+        return F.silu(gate(x)) * up(x)
+
+    sample = staticmethod(sample)
+
+
+TORCH_OPS = TorchOps()

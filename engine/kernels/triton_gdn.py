@@ -1,0 +1,143 @@
+"""Triton kernels of Gated DeltaNet that work on the state pool in place, through each row's
+slot index: no gather of a batch's states, no scatter back.
+
+- `causal_conv`: the short depthwise conv + SiLU over every row's new tokens (varlen), the
+  window before a row's first new token read from its conv-state slot (zeros for a row with
+  nothing cached), then the slot rewritten with the row's last kernel-1 inputs.
+- `gated_delta_recurrent`: the gated delta rule token by token per (row, value head, value
+  block), gates, q/k l2 norm and scale computed in the kernel, the fp32 state read from and
+  written back to the row's slot. The decode step (one token a row) and exact fp32 prefill.
+
+Layouts follow the torch reference (engine/layers/gated_delta.py): conv state
+[slots, channels, kernel-1], recurrent state [slots, heads, k_dim, v_dim] fp32.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _conv_kernel(
+    X, W, STATE, OUT, TOKEN_ROW, CU, CACHED, SLOTS, stride_xt, C,
+    KW: tl.constexpr, BLOCK_C: tl.constexpr,
+):  # fmt: skip
+    t = tl.program_id(0)
+    cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    cmask = cols < C
+    row = tl.load(TOKEN_ROW + t)
+    start = tl.load(CU + row)
+    keep = tl.load(CACHED + row) > 0  # a row with nothing cached starts from zeros
+    slot = tl.load(SLOTS + row).to(tl.int64)
+    p = t - start
+    acc = tl.zeros((BLOCK_C,), dtype=tl.float32)
+    for j in tl.static_range(KW):
+        q = p - (KW - 1) + j  # input position of tap j; < 0 reads the slot's window
+        xv = tl.load(X + (start + q) * stride_xt + cols, mask=cmask & (q >= 0), other=0.0)
+        sidx = tl.maximum(q + KW - 1, 0)
+        sv = tl.load(
+            STATE + slot * C * (KW - 1) + cols * (KW - 1) + sidx,
+            mask=cmask & (q < 0) & keep,
+            other=0.0,
+        )
+        w = tl.load(W + cols * KW + j, mask=cmask, other=0.0).to(tl.float32)
+        acc += w * (xv.to(tl.float32) + sv.to(tl.float32))
+    out = acc / (1.0 + tl.exp(-acc))
+    tl.store(OUT + t * C + cols, out.to(OUT.dtype.element_ty), mask=cmask)
+
+
+@triton.jit
+def _conv_state_kernel(
+    X, STATE, CU, CACHED, SLOTS, stride_xt, C, KW: tl.constexpr, BLOCK_C: tl.constexpr
+):
+    row = tl.program_id(0)
+    cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    cmask = cols < C
+    start = tl.load(CU + row)
+    n = tl.load(CU + row + 1) - start
+    keep = tl.load(CACHED + row) > 0
+    base = STATE + tl.load(SLOTS + row).to(tl.int64) * C * (KW - 1) + cols * (KW - 1)
+    # In place, ascending: entry j reads old entry n + j > j, which no earlier store touched.
+    for j in tl.static_range(KW - 1):
+        q = n - (KW - 1) + j
+        xv = tl.load(X + (start + q) * stride_xt + cols, mask=cmask & (q >= 0), other=0.0)
+        sv = tl.load(base + tl.minimum(n + j, KW - 2), mask=cmask & (q < 0) & keep, other=0.0)
+        value = tl.where(q >= 0, xv.to(tl.float32), sv.to(tl.float32))
+        tl.store(base + j, value.to(STATE.dtype.element_ty), mask=cmask & (n > 0))
+
+
+def causal_conv(x, weight, conv_state, meta) -> torch.Tensor:
+    """x [T, C] (rows may be strided), weight [C, K]; `meta` is the step's ForwardBatch
+    (token_row, cu_seqlens, cached, state_slots as int32 device tensors). Returns silu(conv)
+    [T, C] in x's dtype and updates each row's slot of conv_state [slots, C, K-1]."""
+    tokens, channels = x.shape
+    kernel = weight.shape[1]
+    out = torch.empty((tokens, channels), dtype=x.dtype, device=x.device)
+    block = 256
+    grid_c = triton.cdiv(channels, block)
+    if tokens:
+        _conv_kernel[(tokens, grid_c)](
+            x, weight, conv_state, out, meta.token_row, meta.cu_seqlens, meta.cached,
+            meta.state_slots, x.stride(0), channels, KW=kernel, BLOCK_C=block,
+        )  # fmt: skip
+        _conv_state_kernel[(meta.num_rows, grid_c)](
+            x, conv_state, meta.cu_seqlens, meta.cached, meta.state_slots, x.stride(0),
+            channels, KW=kernel, BLOCK_C=block,
+        )  # fmt: skip
+    return out
+
+
+@triton.jit
+def _gdn_recurrent_kernel(
+    QKV, A, B, A_LOG, DT_BIAS, STATE, OUT, CU, CACHED, SLOTS,
+    stride_t, stride_ab, HK, HV, scale,
+    DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr,
+):  # fmt: skip
+    row, h, vb = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    start = tl.load(CU + row)
+    end = tl.load(CU + row + 1)
+    keep = tl.load(CACHED + row) > 0
+    slot = tl.load(SLOTS + row).to(tl.int64)
+    hk = h // (HV // HK)  # each q/k head serves consecutive value heads
+    kd = tl.arange(0, DK)
+    vd = vb * BV + tl.arange(0, BV)
+    vmask = vd < DV
+    sptr = STATE + ((slot * HV + h) * DK + kd[:, None]) * DV + vd[None, :]
+    state = tl.load(sptr, mask=vmask[None, :] & keep, other=0.0)
+    a_log = tl.load(A_LOG + h).to(tl.float32)
+    dt_bias = tl.load(DT_BIAS + h).to(tl.float32)
+    for t in range(start, end):
+        base = QKV + t * stride_t
+        q = tl.load(base + hk * DK + kd).to(tl.float32)
+        k = tl.load(base + HK * DK + hk * DK + kd).to(tl.float32)
+        v = tl.load(base + 2 * HK * DK + h * DV + vd, mask=vmask, other=0.0).to(tl.float32)
+        q = q / tl.sqrt(tl.sum(q * q, axis=0) + 1e-6) * scale
+        k = k / tl.sqrt(tl.sum(k * k, axis=0) + 1e-6)
+        a = tl.load(A + t * stride_ab + h).to(tl.float32) + dt_bias
+        softplus = tl.where(a > 20.0, a, tl.log(1.0 + tl.exp(tl.minimum(a, 20.0))))
+        g = -tl.exp(a_log) * softplus
+        beta = 1.0 / (1.0 + tl.exp(-tl.load(B + t * stride_ab + h).to(tl.float32)))
+        state = state * tl.exp(g)
+        predicted = tl.sum(state * k[:, None], axis=0)
+        state = state + k[:, None] * (beta * (v - predicted))[None, :]
+        out = tl.sum(state * q[:, None], axis=0)
+        tl.store(OUT + (t * HV + h) * DV + vd, out.to(OUT.dtype.element_ty), mask=vmask)
+    tl.store(sptr, state, mask=vmask[None, :])
+
+
+def gated_delta_recurrent(qkv, a, b, A_log, dt_bias, ssm_state, meta, k_heads, k_dim, v_dim):
+    """qkv [T, 2*Hk*K + Hv*V] (the conv's output, [q | k | v]); a, b [T, Hv] (rows may be
+    strided). Returns o [T, Hv, V] in qkv's dtype; each row's slot of ssm_state is updated."""
+    tokens = qkv.shape[0]
+    v_heads = a.shape[1]
+    out = torch.empty((tokens, v_heads, v_dim), dtype=qkv.dtype, device=qkv.device)
+    bv = min(32, triton.next_power_of_2(v_dim))
+    if tokens:
+        _gdn_recurrent_kernel[(meta.num_rows, v_heads, triton.cdiv(v_dim, bv))](
+            qkv, a, b, A_log, dt_bias, ssm_state, out, meta.cu_seqlens, meta.cached,
+            meta.state_slots, qkv.stride(0), a.stride(0), k_heads, v_heads, k_dim**-0.5,
+            DK=k_dim, DV=v_dim, BV=bv,
+        )  # fmt: skip
+    return out

@@ -1,0 +1,166 @@
+"""Triton kernels for the elementwise and per-row work of a step: RMS norms (with the residual
+add fused), per-head q/k norm fused with partial rotary, the gated norm of Gated DeltaNet,
+SiLU-and-multiply, and the paged K/V store.
+
+Each kernel rounds where the torch reference (engine/layers) rounds, so the two agree to the
+last bit in fp32 and to bf16 rounding in bf16: sums in fp32, one rounding per reference op.
+Inputs may be strided views along the token axis (the split outputs of a packed projection);
+the last axis must be contiguous.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _rms_norm_kernel(
+    X, R, OUT, ROUT, W, stride_x, stride_r, stride_o, N, eps,
+    HAS_RES: tl.constexpr, BLOCK: tl.constexpr,
+):  # fmt: skip
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < N
+    x = tl.load(X + row * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
+    if HAS_RES:  # the reference adds in the model dtype, then normalises the rounded sum
+        r = tl.load(R + row * stride_r + cols, mask=mask, other=0.0).to(tl.float32)
+        s = (x + r).to(ROUT.dtype.element_ty)
+        tl.store(ROUT + row * N + cols, s, mask=mask)
+        x = s.to(tl.float32)
+    inv = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / N + eps)
+    w = tl.load(W + cols, mask=mask, other=0.0)
+    tl.store(OUT + row * stride_o + cols, (x * inv * w).to(OUT.dtype.element_ty), mask=mask)
+
+
+def rms_norm(
+    x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """x [T, N] (rows may be strided); weight fp32 [N], the scale already applied (1 + w).
+    With `residual`: s = x + residual (rounded to x's dtype) is normalised and returned as the
+    new residual. Returns (normed, s or x)."""
+    rows, n = x.shape
+    out = torch.empty((rows, n), dtype=x.dtype, device=x.device)
+    res_out = torch.empty_like(out) if residual is not None else x
+    r = residual if residual is not None else x
+    _rms_norm_kernel[(rows,)](
+        x, r, out, res_out, weight, x.stride(0), r.stride(0), out.stride(0), n, eps,
+        HAS_RES=residual is not None, BLOCK=triton.next_power_of_2(n),
+    )  # fmt: skip
+    return out, res_out
+
+
+@triton.jit
+def _head_norm_rope_kernel(
+    X, OUT, W, COS, SIN, stride_xt, stride_xh, H, D, HALF, eps, BLOCK: tl.constexpr
+):
+    pid = tl.program_id(0)
+    t, h = pid // H, pid % H
+    cols = tl.arange(0, BLOCK)
+    mask = cols < D
+    base = X + t * stride_xt + h * stride_xh
+    x = tl.load(base + cols, mask=mask, other=0.0).to(tl.float32)
+    inv = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / D + eps)
+    y = (x * inv * tl.load(W + cols, mask=mask, other=0.0)).to(OUT.dtype.element_ty)
+    y = y.to(tl.float32)
+    # Neox rotation of the first 2 * HALF dims: the partner of i is i +- HALF.
+    rotated = cols < 2 * HALF
+    first = cols < HALF
+    partner = tl.where(first, cols + HALF, cols - HALF)
+    pmask = mask & rotated
+    xp = tl.load(base + partner, mask=pmask, other=0.0).to(tl.float32)
+    yp = (xp * inv * tl.load(W + partner, mask=pmask, other=0.0)).to(OUT.dtype.element_ty)
+    yp = yp.to(tl.float32)
+    freq = tl.where(first, cols, cols - HALF)
+    cos = tl.load(COS + t * HALF + freq, mask=pmask, other=1.0)
+    sin = tl.load(SIN + t * HALF + freq, mask=pmask, other=0.0)
+    out = tl.where(rotated, tl.where(first, y * cos - yp * sin, y * cos + yp * sin), y)
+    tl.store(OUT + pid * D + cols, out.to(OUT.dtype.element_ty), mask=mask)
+
+
+def head_norm_rope(
+    x: torch.Tensor, weight: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, eps: float
+) -> torch.Tensor:
+    """Per-head RMS norm (fp32 weight, scale applied) then neox rotary of the first
+    2 * cos.shape[1] dims. x [T, H, D], a view whose last axis is contiguous; cos/sin fp32
+    [T, rotary_dim / 2]. Returns a contiguous [T, H, D] in x's dtype."""
+    tokens, heads, dim = x.shape
+    out = torch.empty((tokens, heads, dim), dtype=x.dtype, device=x.device)
+    if tokens:
+        _head_norm_rope_kernel[(tokens * heads,)](
+            x, out, weight, cos, sin, x.stride(0), x.stride(1), heads, dim, cos.shape[1], eps,
+            BLOCK=triton.next_power_of_2(dim),
+        )  # fmt: skip
+    return out
+
+
+@triton.jit
+def _gated_norm_kernel(X, Z, OUT, W, stride_zt, H, D, eps, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    t, h = pid // H, pid % H
+    cols = tl.arange(0, BLOCK)
+    mask = cols < D
+    x = tl.load(X + pid * D + cols, mask=mask, other=0.0).to(tl.float32)
+    z = tl.load(Z + t * stride_zt + h * D + cols, mask=mask, other=0.0).to(tl.float32)
+    inv = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / D + eps)
+    normed = x * inv * tl.load(W + cols, mask=mask, other=0.0)
+    gate = z / (1.0 + tl.exp(-z))
+    tl.store(OUT + pid * D + cols, (normed * gate).to(OUT.dtype.element_ty), mask=mask)
+
+
+def gated_norm(x: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, eps: float):
+    """norm(x) * weight * silu(z) per head. x [T, H, D] contiguous, z [T, H * D] (rows may be
+    strided), weight fp32 [D]. Returns [T, H * D] in x's dtype."""
+    tokens, heads, dim = x.shape
+    out = torch.empty((tokens, heads * dim), dtype=x.dtype, device=x.device)
+    if tokens:
+        _gated_norm_kernel[(tokens * heads,)](
+            x, z, out, weight, z.stride(0), heads, dim, eps, BLOCK=triton.next_power_of_2(dim)
+        )
+    return out
+
+
+@triton.jit
+def _silu_mul_kernel(X, OUT, stride_x, N, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    mask = cols < N
+    gate = tl.load(X + row * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
+    up = tl.load(X + row * stride_x + N + cols, mask=mask, other=0.0).to(tl.float32)
+    act = (gate / (1.0 + tl.exp(-gate))).to(OUT.dtype.element_ty).to(tl.float32)
+    tl.store(OUT + row * N + cols, (act * up).to(OUT.dtype.element_ty), mask=mask)
+
+
+def silu_mul(x: torch.Tensor) -> torch.Tensor:
+    """x [T, 2N] = [gate | up] -> silu(gate) * up [T, N], rounded as the reference rounds."""
+    rows, n = x.shape[0], x.shape[1] // 2
+    out = torch.empty((rows, n), dtype=x.dtype, device=x.device)
+    block = 1024
+    if rows:
+        _silu_mul_kernel[(rows, triton.cdiv(n, block))](x, out, x.stride(0), n, BLOCK=block)
+    return out
+
+
+@triton.jit
+def _store_kv_kernel(K, V, KC, VC, SLOT, stride_kt, stride_vt, N, BLOCK: tl.constexpr):
+    t = tl.program_id(0)
+    slot = tl.load(SLOT + t).to(tl.int64)
+    cols = tl.arange(0, BLOCK)
+    mask = (cols < N) & (slot >= 0)  # a negative slot is a padding token: nothing stored
+    k = tl.load(K + t * stride_kt + cols, mask=mask)
+    v = tl.load(V + t * stride_vt + cols, mask=mask)
+    tl.store(KC + slot * N + cols, k, mask=mask)
+    tl.store(VC + slot * N + cols, v, mask=mask)
+
+
+def store_kv(k, v, k_cache, v_cache, slot_mapping) -> None:
+    """One launch per layer: token t's K and V ([T, kv_heads * head_dim] views) go to flat slot
+    slot_mapping[t] of the [pages, page_size, kv_heads, head_dim] caches."""
+    tokens = k.shape[0]
+    n = k_cache.shape[2] * k_cache.shape[3]
+    if tokens:
+        _store_kv_kernel[(tokens,)](
+            k, v, k_cache, v_cache, slot_mapping, k.stride(0), v.stride(0), n,
+            BLOCK=triton.next_power_of_2(n),
+        )  # fmt: skip
