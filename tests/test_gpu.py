@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -16,11 +18,11 @@ from engine.worker.worker import Worker
 pytestmark = pytest.mark.gpu
 
 
-def greedy_on(device: str, dtype: str, preset: str, prompts: list[list[int]], n: int):
+def greedy_on(
+    device: str, dtype: str, preset: str, prompts: list[list[int]], n: int, kernels="auto"
+):
     config = load_scenario("qwen35", "tiny").engine
-    from dataclasses import replace
-
-    config = replace(config, device=device, dtype=dtype, kv_pages=1024)
+    config = replace(config, device=device, dtype=dtype, kv_pages=1024, kernels=kernels)
     model = build_model("qwen35", preset, 0, dtype, device)
     frames: list[StepFrames] = []
     worker = Worker(Engine(model, config), build_node("qwen35", model), PhaseTimer(0, "g", []),
@@ -48,15 +50,46 @@ def test_tiny_engine_on_cuda_equals_the_cpu_reference():
         assert cuda[rid] == tokens[len(prompt) :], f"prompt {rid}"
 
 
-def test_08b_bf16_cached_path_matches_its_full_forward():
-    prompts = [[(11 * i + j) % 240000 + 1 for j in range(n)] for i, n in enumerate([5, 40])]
-    out, model = greedy_on("cuda", "bfloat16", "0.8b", prompts, 6)
+def _prefill_logits(model, prompts: list[list[int]], kernels: str) -> torch.Tensor:
+    """The first-token logits [R, V] of one prefill step over every prompt at once."""
+    config = replace(load_scenario("qwen35", "0.8b").engine, kernels=kernels)
+    engine = Engine(model, config)
     for rid, prompt in enumerate(prompts):
-        assert len(out[rid]) == 6
-        with torch.inference_mode():
-            logits = model.forward_full(torch.tensor(prompt + out[rid][:-1], device="cuda"))
-        assert torch.isfinite(logits).all()
-        # bf16: the greedy choice of the full forward agrees with the engine on most tokens
-        full = logits[len(prompt) - 1 :].argmax(-1).tolist()
-        agree = sum(a == b for a, b in zip(full, out[rid], strict=True))
-        assert agree >= 5, (full, out[rid])
+        engine.add_request(AddRequest(rid, prompt, 4, ignore_eos=True, temperature=0), prompt)
+    rows = engine.scheduler.schedule()
+    assert [r.num_new for r in rows] == [len(p) for p in prompts]  # one step, every row
+    with torch.inference_mode():
+        return model(engine.inputs.stage(rows, config.page_size, engine.ops), engine.cache)
+
+
+def test_08b_bf16_kernels_are_as_close_to_fp32_as_the_bf16_reference():
+    """0.8b in bf16 on the kernels, one batched prefill of mixed lengths: the first token's
+    logits are no further from the fp32 model's (the truth) than the bf16 torch reference is,
+    within 1.5x plus 0.05, and the greedy first tokens agree with fp32 on at least 5 of 6 rows.
+    Why that bound: bf16 keeps 8 bits of mantissa, so any bf16 path differs from fp32 by
+    rounding noise that grows through 24 layers; the kernels must add none of their own."""
+    lengths = [1, 7, 64, 200, 513, 1000]
+    prompts = [[(13 * i + 7 * j) % 240_000 + 1 for j in range(n)] for i, n in enumerate(lengths)]
+    truth = _prefill_logits(build_model("qwen35", "0.8b", 0, "float32", "cuda"), prompts, "torch")
+    ref = _prefill_logits(build_model("qwen35", "0.8b", 0, "bfloat16", "cuda"), prompts, "torch")
+    ker = _prefill_logits(build_model("qwen35", "0.8b", 0, "bfloat16", "cuda"), prompts, "cuda")
+    ref_err = (ref - truth).abs().amax(-1)
+    ker_err = (ker - truth).abs().amax(-1)
+    print(
+        "max |logit error| per row: reference bf16", ref_err.tolist(), "kernels", ker_err.tolist()
+    )
+    assert torch.isfinite(ker).all()
+    assert (ker_err <= 1.5 * ref_err + 0.05).all(), (ker_err, ref_err)
+    agree = (ker.argmax(-1) == truth.argmax(-1)).sum().item()
+    assert agree >= 5, (ker.argmax(-1), truth.argmax(-1))
+
+
+def test_08b_bf16_engine_decodes_on_the_kernels():
+    """The whole loop (batched prefill, decode, sampling) on the kernels at 0.8b: every
+    request gets its tokens, and greedy decode agrees with the bf16 reference on most."""
+    prompts = [[(11 * i + j) % 240000 + 1 for j in range(n)] for i, n in enumerate([5, 40, 300])]
+    out, _ = greedy_on("cuda", "bfloat16", "0.8b", prompts, 8)
+    ref, _ = greedy_on("cuda", "bfloat16", "0.8b", prompts, 8, kernels="torch")
+    for rid in range(len(prompts)):
+        assert len(out[rid]) == 8
+        assert out[rid][:2] == ref[rid][:2], (out[rid], ref[rid])

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Every GPU test and benchmark of the project, for one `device` run (see docs/BENCHMARKS.md):
+#   bash scripts/gpu_suite.sh STAGE...     STAGE: tests | step | run | all
+# with carry [".whl", ".jitcache"]. Logs go under $OUT (default ./gpu-out). JIT caches
+# (FlashInfer, Triton) are restored from .jitcache/ when present and saved to $OUT/jit-*.
+set -uo pipefail
+OUT=${OUT:-$PWD/gpu-out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 FLASHINFER_WORKSPACE_BASE=/tmp/fi TRITON_CACHE_DIR=/tmp/triton-cache
+if [ -d .whl ] && [ ! -d /tmp/site/flashinfer ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl || exit 3
+fi
+export PYTHONPATH=$PWD:/tmp/site
+mkdir -p /tmp/fi /tmp/triton-cache
+if ls .jitcache/jit-* >/dev/null 2>&1 && [ ! -e /tmp/fi/.restored ]; then
+  cat .jitcache/jit-* | tar -x -z -C / && touch /tmp/fi/.restored && echo "JIT cache restored"
+fi
+nvidia-smi --query-gpu=name,memory.used,memory.total,clocks.sm --format=csv > "$OUT/gpu.txt"
+stages=("$@")
+[ "${stages[*]}" = "all" ] && stages=(tests step run)
+for stage in "${stages[@]}"; do
+  case $stage in
+    tests)
+      timeout 420 python3 -m pytest -m gpu -q -rA tests/test_gpu_kernels.py tests/test_gpu.py \
+        2>&1 | tee "$OUT/gpu_tests.log" ;;
+    step)
+      for b in 64 128; do
+        timeout 240 python3 -m benchmarks.bench_gpu_step --batch $b --context 512 --kernels cuda \
+          --profile "$OUT/profile_b$b.txt" 2>&1 | tail -n 45 | tee -a "$OUT/bench_step.log"
+      done
+      timeout 120 python3 -m benchmarks.bench_gpu_step --batch 64 --context 512 --steps 10 \
+        --warmup 2 --kernels torch 2>&1 | tail -n 3 | tee -a "$OUT/bench_step.log" ;;
+    run)
+      timeout 540 python3 -m harness run qwen35 -c 64 --abba --requests 384 --warmup 64 \
+        --arm A=engine.kernels=cuda --arm B=engine.kernels=cuda --out /tmp/run-c64 \
+        2>&1 | tee "$OUT/bench_run.log"
+      cp /tmp/run-c64/summary.json "$OUT/run_c64_summary.json" 2>/dev/null ;;
+  esac
+done
+# Save the JIT caches (compiled .so files and Triton cubins only) for the next machine.
+tar -c -z -f /tmp/jit.tgz /tmp/fi/.cache/flashinfer/*/*/cached_ops/*/*.so /tmp/triton-cache \
+  2>/dev/null && split -b 15M /tmp/jit.tgz "$OUT/jit-" && ls -la "$OUT"

@@ -1,0 +1,193 @@
+"""Each CUDA kernel path against the torch reference on the same inputs (pytest -m gpu).
+
+Tolerances: fp32 kernels agree with the reference to float rounding (1e-5); bf16 kernels to
+a few bf16 ulps of O(1) values (2e-2 absolute), the precision of the stored activations.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engine.batch import ForwardBatch, HostLayout
+from engine.layers.attention import GatedAttention, torch_paged_attention
+from engine.layers.gated_delta import GatedDeltaNet, torch_linear_attention
+from engine.layers.norm import GatedRMSNorm, RMSNorm
+from engine.layers.rotary import RotaryEmbedding
+from engine.layers.sampler import SamplingParams
+
+pytestmark = pytest.mark.gpu
+if not torch.cuda.is_available():
+    pytest.skip("needs CUDA", allow_module_level=True)
+
+from engine.kernels import triton_norms  # noqa: E402  (imports triton: CUDA machines only)
+from engine.kernels.cuda_ops import CudaOps  # noqa: E402
+from engine.kernels.gpu_sampler import sample_on_gpu  # noqa: E402
+from engine.kernels.torch_ops import TORCH_OPS  # noqa: E402
+
+CUDA = torch.device("cuda")
+TOL = {torch.float32: 1e-5, torch.bfloat16: 2e-2}
+
+
+def _batch(cached: list[int], new: list[int], slots: list[int], pages: list[list[int]], ps: int):
+    """A step's ForwardBatch with both the reference fields and the kernels' fields."""
+    token_row, positions, slot_map = [], [], []
+    for row, (c, n) in enumerate(zip(cached, new, strict=True)):
+        token_row += [row] * n
+        positions += range(c, c + n)
+        slot_map += [pages[row][p // ps] * ps + p % ps for p in range(c, c + n)]
+    cu = [0]
+    for n in new:
+        cu.append(cu[-1] + n)
+    width = max(map(len, pages))
+    indptr = [0]
+    for p in pages:
+        indptr.append(indptr[-1] + len(p))
+    seq = [c + n for c, n in zip(cached, new, strict=True)]
+    i32 = {"dtype": torch.int32}
+    host = HostLayout(
+        torch.tensor(indptr, **i32),
+        torch.tensor([s - (len(p) - 1) * ps for s, p in zip(seq, pages, strict=True)], **i32),
+        torch.tensor(cu, **i32),
+        torch.tensor(cu).numpy(),
+    )
+    return ForwardBatch(
+        input_ids=torch.zeros(len(slot_map), device=CUDA, **i32),
+        positions=torch.tensor(positions, device=CUDA, **i32),
+        cu_seqlens=torch.tensor(cu, device=CUDA, **i32),
+        num_cached=cached,
+        num_new=new,
+        page_table=torch.tensor([p + [-1] * (width - len(p)) for p in pages], device=CUDA, **i32),
+        slot_mapping=torch.tensor(slot_map, device=CUDA, **i32),
+        state_slots=torch.tensor(slots, device=CUDA, **i32),
+        is_decode=all(n == 1 for n in new) and all(c > 0 for c in cached),
+        token_row=torch.tensor(token_row, device=CUDA, **i32),
+        cached=torch.tensor(cached, device=CUDA, **i32),
+        kv_indices=torch.tensor([x for p in pages for x in p], device=CUDA, **i32),
+        host=host,
+    )
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_norm_kernels_equal_the_reference(dtype):
+    gen = torch.Generator(device=CUDA).manual_seed(0)
+    x, r = torch.randn(2, 7, 1024, device=CUDA, dtype=dtype, generator=gen).unbind(0)
+    norm = RMSNorm(1024).to(CUDA, dtype)
+    with torch.no_grad():
+        norm.weight.normal_(0, 0.1, generator=gen)
+    out, s = triton_norms.rms_norm(x, 1 + norm.weight.float(), norm.eps, r)
+    ref_out, ref_s = TORCH_OPS.norm(x, norm, r)
+    torch.testing.assert_close(s, ref_s, atol=TOL[dtype], rtol=0)
+    torch.testing.assert_close(out, ref_out, atol=TOL[dtype], rtol=TOL[dtype])
+
+    heads = torch.randn(7, 8, 512, device=CUDA, dtype=dtype, generator=gen)  # [query | gate]
+    cos, sin = RotaryEmbedding(64, 1e7)(torch.tensor([0, 1, 5, 99, 511, 2000, 4095], device=CUDA))
+    head_norm = RMSNorm(256).to(CUDA, dtype)
+    got = triton_norms.head_norm_rope(
+        heads[..., :256], 1 + head_norm.weight.float(), cos, sin, 1e-6
+    )
+    want = TORCH_OPS.head_norm_rope(heads[..., :256], head_norm, cos, sin)
+    torch.testing.assert_close(got, want, atol=TOL[dtype], rtol=TOL[dtype])
+
+    core = torch.randn(7, 16, 128, device=CUDA, dtype=dtype, generator=gen)
+    z = torch.randn(7, 3000, device=CUDA, dtype=dtype, generator=gen)[:, : 16 * 128]
+    gated = GatedRMSNorm(128).to(CUDA, dtype)
+    got = triton_norms.gated_norm(core, z, gated.weight.float(), gated.eps)
+    torch.testing.assert_close(got, TORCH_OPS.gated_norm(core, z, gated), atol=TOL[dtype], rtol=0)
+
+    gate_up = torch.randn(7, 2 * 3584, device=CUDA, dtype=dtype, generator=gen)
+    want = torch.nn.functional.silu(gate_up[:, :3584]) * gate_up[:, 3584:]
+    torch.testing.assert_close(triton_norms.silu_mul(gate_up), want, atol=TOL[dtype], rtol=0)
+
+
+def _gdn_layer(dtype, heads=16, dim=128):
+    torch.manual_seed(0)
+    layer = GatedDeltaNet(1024, heads, heads, dim, dim, 4, 1e-6)
+    with torch.no_grad():
+        for p in layer.parameters():
+            p.normal_(0, p.shape[-1] ** -0.5)
+        layer.A_log.uniform_(0, 2.7)
+    return layer.to(CUDA, dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gated_deltanet_prefill_then_decode_equals_the_reference(dtype):
+    """Prefill rows of mixed lengths (one continuing a chunked prefill), then two decode steps
+    that continue the prefill's state: outputs and both state pools agree."""
+    layer = _gdn_layer(dtype)
+    model = torch.nn.ModuleDict({"l": layer})
+    ops = CudaOps(model, CUDA, page_size=16)
+    slots_n, conv_dim = 8, layer.conv_dim
+    pools = {
+        name: (
+            torch.randn(slots_n, conv_dim, 3, device=CUDA, dtype=dtype),
+            torch.randn(slots_n, 16, 128, 128, device=CUDA) * 0.1,
+        )
+        for name in ("ref", "ker")
+    }
+    pools["ker"] = tuple(t.clone() for t in pools["ref"])
+    slots = [5, 2, 7]
+    steps = [([0, 40, 0], [130, 9, 1]), ([130, 49, 1], [1, 1, 1]), ([131, 50, 2], [1, 1, 1])]
+    for cached, new in steps:
+        batch = _batch(cached, new, slots, [[0]] * 3, 16)
+        x = torch.randn(sum(new), 1024, device=CUDA, dtype=dtype)
+        linears = (layer.in_proj_qkv, layer.in_proj_z, layer.in_proj_b, layer.in_proj_a)
+        mixed, _, b, a = TORCH_OPS.project(x, linears)
+        ops.begin_step(batch)
+        got = ops.linear_attention(layer, mixed, a, b, *pools["ker"], batch)
+        want = torch_linear_attention(layer, mixed, a, b, *pools["ref"], batch)
+        tol = TOL[dtype] * (5 if dtype == torch.bfloat16 else 10)
+        torch.testing.assert_close(got.float(), want.float(), atol=tol, rtol=tol)
+        for got_pool, want_pool in zip(pools["ker"], pools["ref"], strict=True):
+            torch.testing.assert_close(got_pool.float(), want_pool.float(), atol=tol, rtol=tol)
+
+
+def test_flashinfer_attention_prefill_and_decode_equal_the_reference():
+    dtype, ps, q_heads, kv_heads, dim = torch.bfloat16, 16, 8, 2, 256
+    model = torch.nn.ModuleDict({"a": GatedAttention(1024, q_heads, kv_heads, dim, 1e-6)})
+    ops = CudaOps(model.to(CUDA, dtype), CUDA, page_size=ps)
+    gen = torch.Generator(device=CUDA).manual_seed(3)
+    caches = {k: torch.zeros(64, ps, kv_heads, dim, device=CUDA, dtype=dtype) for k in "kv"}
+    ref_caches = {k: c.clone() for k, c in caches.items()}
+    pages = [[3, 9, 40, 41, 12], [0], [7, 8, 20]]
+    steps = [([0, 0, 0], [70, 5, 33]), ([70, 5, 33], [1, 1, 1]), ([71, 6, 34], [1, 1, 1])]
+    for cached, new in steps:
+        batch = _batch(cached, new, [0, 1, 2], pages, ps)
+        q = torch.randn(sum(new), q_heads, dim, device=CUDA, dtype=dtype, generator=gen)
+        k, v = torch.randn(2, sum(new), kv_heads, dim, device=CUDA, dtype=dtype, generator=gen)
+        ops.begin_step(batch)
+        got = ops.attention(q, k, v, caches["k"], caches["v"], batch, dim**-0.5)
+        want = torch_paged_attention(q, k, v, ref_caches["k"], ref_caches["v"], batch, dim**-0.5)
+        torch.testing.assert_close(got, want, atol=2e-2, rtol=2e-2)
+        torch.testing.assert_close(caches["k"], ref_caches["k"], atol=0, rtol=0)
+
+
+def test_gpu_sampling_greedy_exact_seeded_reproducible_and_batch_independent():
+    gen = torch.Generator(device=CUDA).manual_seed(1)
+    logits = torch.randn(6, 151_936, device=CUDA, generator=gen) * 3
+    greedy = [SamplingParams(temperature=0)] * 6
+    tokens, logprobs = sample_on_gpu(logits, greedy, [0] * 6)
+    assert torch.equal(tokens, logits.argmax(-1)) and logprobs is None
+    seeded = [SamplingParams(temperature=0.8, top_k=50, top_p=0.9, seed=7, logprobs=True)] * 6
+    a, lp = sample_on_gpu(logits, seeded, list(range(6)))
+    b, _ = sample_on_gpu(logits, seeded, list(range(6)))
+    assert torch.equal(a, b)
+    alone, _ = sample_on_gpu(logits[3:4], seeded[:1], [3])  # batch-independent
+    assert alone.item() == a[3].item()
+    ranks = (logits > logits.gather(1, a[:, None])).sum(-1)
+    assert (ranks < 50).all()  # top-k respected
+    want = torch.log_softmax(logits / 0.8, -1).gather(1, a[:, None])[:, 0]
+    torch.testing.assert_close(lp, want)
+    top1 = [SamplingParams(temperature=1.0, top_k=1)] * 6
+    assert torch.equal(sample_on_gpu(logits, top1, [0] * 6)[0], logits.argmax(-1))
+    # Unseeded draws follow the distribution: a 3-token vocabulary, 20,000 draws.
+    small = torch.log(torch.tensor([[0.5, 0.3, 0.2]], device=CUDA)).expand(20_000, 3).contiguous()
+    drawn, _ = sample_on_gpu(small, [SamplingParams(temperature=1.0)] * 20_000, [0] * 20_000)
+    freq = torch.bincount(drawn, minlength=3).float() / 20_000
+    torch.testing.assert_close(freq.cpu(), torch.tensor([0.5, 0.3, 0.2]), atol=0.02, rtol=0)
+
+
+def test_ops_objects_are_interchangeable():
+    """The CUDA ops keep the reference's interface: a missing method would fail at run time."""
+    public = {n for n in dir(TORCH_OPS) if not n.startswith("_")}
+    assert public <= {n for n in dir(CudaOps) if not n.startswith("_")} | {"name"}
