@@ -129,7 +129,7 @@ def test_gated_deltanet_prefill_then_decode_equals_the_reference(dtype):
     slots = [5, 2, 7]
     steps = [([0, 40, 0], [130, 9, 1]), ([130, 49, 1], [1, 1, 1]), ([131, 50, 2], [1, 1, 1])]
     for cached, new in steps:
-        batch = _batch(cached, new, slots, [[0]] * 3, 16)
+        batch = _batch(cached, new, slots, [list(range(10))] * 3, 16)
         x = torch.randn(sum(new), 1024, device=CUDA, dtype=dtype)
         linears = (layer.in_proj_qkv, layer.in_proj_z, layer.in_proj_b, layer.in_proj_a)
         mixed, _, b, a = TORCH_OPS.project(x, linears)
