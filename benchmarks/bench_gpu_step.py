@@ -31,9 +31,9 @@ def _step(engine: Engine) -> int:
     return len(rows)
 
 
-def build(size: str, batch: int, context: int, steps: int, kernels: str) -> Engine:
+def build(size: str, batch: int, context: int, steps: int, kernels: str, graphs: bool) -> Engine:
     scenario = load_scenario("qwen35", size)
-    config = replace(scenario.engine, kernels=kernels, max_rows=max(batch, 1))
+    config = replace(scenario.engine, kernels=kernels, max_rows=batch, cuda_graphs=graphs)
     spec = scenario.model
     model = build_model(spec.arch, spec.preset, spec.seed, config.dtype, config.device)
     engine = Engine(model, config)
@@ -56,9 +56,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--kernels", default="cuda", choices=["cuda", "torch", "auto"])
+    parser.add_argument("--graphs", action=argparse.BooleanOptionalAction, default=False)
     parser.add_argument("--profile", default=None, help="write a profiler table here")
     args = parser.parse_args(argv)
-    engine = build(args.size, args.batch, args.context, args.steps + args.warmup, args.kernels)
+    steps = args.steps + args.warmup + 5
+    engine = build(args.size, args.batch, args.context, steps, args.kernels, args.graphs)
     for _ in range(args.warmup):
         _step(engine)
     times = []
@@ -70,7 +72,7 @@ def main(argv: list[str] | None = None) -> None:
     median = statistics.median(times)
     print(
         f"decode step, size {args.size}, batch {args.batch}, context {args.context}, "
-        f"kernels {engine.ops.name}: median {median:.3f} ms (p10 {q[0]:.3f}, p90 {q[-1]:.3f}) "
+        f"kernels {engine.ops.name}, graphs {engine.graphs is not None}: median {median:.3f} ms (p10 {q[0]:.3f}, p90 {q[-1]:.3f}) "
         f"over {args.steps} steps = {args.batch / median * 1e3:,.0f} tok/s"
     )
     if args.profile:

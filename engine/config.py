@@ -45,6 +45,9 @@ class EngineConfig:
     # (Triton, FlashInfer, flash-linear-attention) on a CUDA device and the torch reference
     # elsewhere; "torch" forces the reference, "cuda" the kernels (an error without CUDA).
     kernels: str = "auto"
+    # Decode steps replay CUDA graphs captured per batch bucket (engine/worker/graphs.py);
+    # needs the CUDA kernels with FlashInfer attention (bf16/fp16). Off: every step eager.
+    cuda_graphs: bool = True
     # Planted slowdown of the worker loop, for `bench power` and harness tests only.
     planted_delay_us: int = 0
 

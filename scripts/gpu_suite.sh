@@ -26,15 +26,18 @@ for stage in "${stages[@]}"; do
         2>&1 | tee "$OUT/gpu_tests.log" ;;
     step)
       for b in 64 128; do
-        timeout 240 python3 -m benchmarks.bench_gpu_step --batch $b --context 512 --kernels cuda \
-          --profile "$OUT/profile_b$b.txt" 2>&1 | tail -n 45 | tee -a "$OUT/bench_step.log"
+        for g in no-graphs graphs; do
+          timeout 150 python3 -m benchmarks.bench_gpu_step --batch $b --context 512 \
+            --kernels cuda --$g --profile "$OUT/profile_b${b}_$g.txt" 2>&1 \
+            | grep -E "decode step|Error|error" | tee -a "$OUT/bench_step.log"
+        done
       done
       timeout 120 python3 -m benchmarks.bench_gpu_step --batch 64 --context 512 --steps 10 \
         --warmup 2 --kernels torch 2>&1 | tail -n 3 | tee -a "$OUT/bench_step.log" ;;
     run)
-      timeout 540 python3 -m harness run qwen35 -c 64 --abba --requests 384 --warmup 64 \
-        --arm A=engine.kernels=cuda --arm B=engine.kernels=cuda --out /tmp/run-c64 \
-        2>&1 | tee "$OUT/bench_run.log"
+      timeout 560 python3 -m harness run qwen35 -c 64 --abba --requests 320 --warmup 64 \
+        --arm eager=engine.cuda_graphs=false --arm graphs=engine.cuda_graphs=true \
+        --out /tmp/run-c64 2>&1 | tee "$OUT/bench_run.log"
       cp /tmp/run-c64/summary.json "$OUT/run_c64_summary.json" 2>/dev/null ;;
   esac
 done

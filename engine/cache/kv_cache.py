@@ -43,6 +43,10 @@ class KVCache:
         self.page_size = page_size
         self.pages = FreeList(num_pages)
         self.slots = FreeList(num_slots)
+        # One page and one state slot past the allocators' ids: the padding rows of a graph
+        # bucket read and write these, never a request's.
+        self.sink_page, self.sink_slot = num_pages, num_slots
+        num_pages, num_slots = num_pages + 1, num_slots + 1
         kv = (num_pages, page_size, shapes.kv_heads, shapes.head_dim)
         self.k = [
             torch.zeros(kv, dtype=dtype, device=device) for _ in range(shapes.num_full_layers)

@@ -62,6 +62,7 @@ class CudaOps:
                 self._register(*proj)
             if hasattr(module, "gate_proj") and hasattr(module, "up_proj"):
                 self._register(module.gate_proj, module.up_proj)
+        self.reads_page_table = self.attention_backend is None  # the reference attention does
         self._chunked = False  # this step's Gated DeltaNet runs fla's chunked kernel
         self._step = None  # (slots, keep, cu_seqlens, cu_seqlens on the host) of that step
 
@@ -69,9 +70,10 @@ class CudaOps:
         self.packed[linears] = (_pack(linears), [linear.weight.shape[0] for linear in linears])
 
     # --- per step ------------------------------------------------------------------------
-    def begin_step(self, batch) -> None:
+    def begin_step(self, batch, bucket: int | None = None) -> None:
+        """Plan the step on the host; `bucket` names the CUDA-graph decode bucket it replays."""
         if self.attention_backend is not None:
-            self.attention_backend.plan(batch)
+            self.attention_backend.plan(batch, bucket)
         self._chunked = not batch.is_decode and self.dtype != torch.float32
         if self._chunked:
             self._step = (

@@ -22,21 +22,35 @@ class FlashInferAttention:
 
         self.shape = (q_heads, kv_heads, head_dim, page_size)
         self.dtype = dtype
-
-        def workspace() -> torch.Tensor:
-            return torch.zeros(WORKSPACE_BYTES, dtype=torch.uint8, device=device)
-
-        self.decode = flashinfer.BatchDecodeWithPagedKVCacheWrapper(workspace(), "NHD")
-        self.prefill = flashinfer.BatchPrefillWithPagedKVCacheWrapper(workspace(), "NHD")
+        self.device = device
+        self._flashinfer = flashinfer
+        self._workspace = torch.zeros(WORKSPACE_BYTES, dtype=torch.uint8, device=device)
+        self.decode = flashinfer.BatchDecodeWithPagedKVCacheWrapper(self._workspace, "NHD")
+        prefill_workspace = torch.zeros(WORKSPACE_BYTES, dtype=torch.uint8, device=device)
+        self.prefill = flashinfer.BatchPrefillWithPagedKVCacheWrapper(prefill_workspace, "NHD")
+        self.graph_decode: dict[int, object] = {}  # bucket -> wrapper with fixed buffers
         self._active = None
 
-    def plan(self, batch) -> None:
+    def add_graph_bucket(self, rows: int, max_pages_per_row: int) -> None:
+        """A decode wrapper whose metadata lives in fixed device buffers, for a CUDA graph of
+        `rows` rows (FlashInfer's `use_cuda_graph`). Buckets share the split-k workspace:
+        their graphs never replay at once."""
+        i32 = {"dtype": torch.int32, "device": self.device}
+        self.graph_decode[rows] = self._flashinfer.BatchDecodeWithPagedKVCacheWrapper(
+            self._workspace, "NHD", use_cuda_graph=True,
+            paged_kv_indptr_buffer=torch.zeros(rows + 1, **i32),
+            paged_kv_indices_buffer=torch.zeros(rows * max_pages_per_row, **i32),
+            paged_kv_last_page_len_buffer=torch.zeros(rows, **i32),
+        )  # fmt: skip
+
+    def plan(self, batch, bucket: int | None = None) -> None:
         host, types = batch.host, {"q_data_type": self.dtype, "kv_data_type": self.dtype}
-        if batch.is_decode:
-            self.decode.plan(
+        if batch.is_decode or bucket is not None:
+            wrapper = self.decode if bucket is None else self.graph_decode[bucket]
+            wrapper.plan(
                 host.kv_indptr, batch.kv_indices, host.kv_last_page_len, *self.shape, **types
             )
-            self._active = self.decode
+            self._active = wrapper
         else:
             self.prefill.plan(
                 host.qo_indptr, host.kv_indptr, batch.kv_indices, host.kv_last_page_len,

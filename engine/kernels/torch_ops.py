@@ -20,7 +20,9 @@ from engine.layers.sampler import sample
 class TorchOps:
     name = "torch"
 
-    def begin_step(self, batch) -> None:
+    reads_page_table = True
+
+    def begin_step(self, batch, bucket: int | None = None) -> None:
         """Nothing to plan: the reference ops read the batch's fields directly."""
 
     def project(self, x: torch.Tensor, linears: tuple[nn.Linear, ...]) -> list[torch.Tensor]:

@@ -24,9 +24,11 @@ def write_kv(
     v: torch.Tensor,
     slot_mapping: torch.Tensor,
 ) -> None:
-    """Store each new token's K/V at its slot (page * page_size + offset)."""
-    k_cache.view(-1, *k_cache.shape[2:]).index_copy_(0, slot_mapping, k)
-    v_cache.view(-1, *v_cache.shape[2:]).index_copy_(0, slot_mapping, v)
+    """Store each new token's K/V at its slot (page * page_size + offset); a negative slot
+    (a padding row's token) stores nothing."""
+    keep = slot_mapping >= 0
+    k_cache.view(-1, *k_cache.shape[2:]).index_copy_(0, slot_mapping[keep], k[keep])
+    v_cache.view(-1, *v_cache.shape[2:]).index_copy_(0, slot_mapping[keep], v[keep])
 
 
 def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float):

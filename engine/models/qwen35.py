@@ -136,10 +136,10 @@ class Qwen35ForCausalLM(nn.Module):
 
     @torch.no_grad()
     def forward(self, batch: ForwardBatch, cache: KVCache) -> torch.Tensor:
-        """Float32 logits [R, vocab] of each row's last token. Writes the step's K/V through
-        slot_mapping and updates each row's state slot; a row with num_cached == 0 starts
+        """Float32 logits [R, vocab] of each row's last token, the step already planned
+        (`batch.ops.begin_step`). Writes the step's K/V through slot_mapping and updates each
+        row's state slot; a row with num_cached == 0 starts
         from a zero state, any other row continues from its slot (chunked prefill, decode)."""
-        batch.ops.begin_step(batch)
         x, residual = self.model.embed_tokens(batch.input_ids), None
         cos, sin = self.rotary(batch.positions)
         for layer in self.model.layers:

@@ -18,6 +18,7 @@ from engine.kernels import build_ops
 from engine.layers.sampler import SamplingParams
 from engine.messages import AddRequest
 from engine.runtime.postprocess import StepOutput
+from engine.worker.graphs import DecodeGraphs
 from engine.worker.request import Request
 from engine.worker.scheduler import ScheduledRow, Scheduler
 from engine.worker.step_inputs import StepInputs
@@ -68,12 +69,15 @@ class Engine:
         )
         self.scheduler = Scheduler(config, self.cache)
         self.ops = build_ops(config.kernels, model, self.device, config.page_size)
+        max_pages = self.cache.pages_for(config.max_model_len)
         self.inputs = StepInputs(
-            config.max_tokens_per_step,
-            config.max_rows,
-            self.cache.pages_for(config.max_model_len),
-            self.device,
+            config.max_tokens_per_step, config.max_rows, max_pages, self.device
         )
+        self.graphs = None
+        if config.cuda_graphs and getattr(self.ops, "attention_backend", None) is not None:
+            self.graphs = DecodeGraphs(
+                model, self.cache, self.ops, self.inputs, config.max_rows, max_pages
+            )
         self.requests: dict[int, Request] = {}
         self._arrivals = 0
 
@@ -91,21 +95,28 @@ class Engine:
 
     @torch.inference_mode()
     def launch(self, rows: list[ScheduledRow]) -> PendingStep:
-        batch = self.inputs.stage(rows, self.cache.page_size, self.ops)
-        logits = self.model(batch, self.cache)
         sampled = [i for i, row in enumerate(rows) if row.samples]
+        greedy = None  # the graph's own argmax, when a captured decode step ran
+        if self.graphs is not None and all(r.walk == "decode" for r in rows):
+            step = self.graphs.replay(rows)
+            logits, greedy = step.logits[: len(rows)], step.tokens[: len(rows)]
+        else:
+            batch = self.inputs.stage(rows, self.cache, self.ops)
+            self.ops.begin_step(batch)
+            logits = self.model(batch, self.cache)
         for row in rows:
             row.request.num_cached += row.num_new
         picked = [rows[i].request for i in sampled]
         if not picked:  # every row was a prompt chunk that does not end its prompt
             empty = torch.empty(0, dtype=torch.int64, device=self.device)
             return PendingStep(rows, sampled, empty, None)
+        params = [r.sampling for r in picked]
+        if greedy is not None and all(p.greedy and not p.logprobs for p in params):
+            return PendingStep(rows, sampled, greedy, None)
         if len(sampled) < len(rows):
             logits = logits[sampled]
-        tokens, logprobs = self.ops.sample(
-            logits, [r.sampling for r in picked], [r.num_output for r in picked]
-        )
-        want_logprobs = any(r.sampling.logprobs for r in picked)
+        tokens, logprobs = self.ops.sample(logits, params, [r.num_output for r in picked])
+        want_logprobs = any(p.logprobs for p in params)
         return PendingStep(rows, sampled, tokens, logprobs if want_logprobs else None)
 
     def step_finished(self, output: StepOutput) -> None:

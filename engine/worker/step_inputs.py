@@ -1,11 +1,16 @@
 """A step's inputs, built on the host with numpy and sent to the device in one copy.
 
-Every integer input of a step (token ids, positions, KV slots, page tables, state slots, row
-offsets) is packed into one reused int32 host buffer, pinned on CUDA, and reaches the device
-in a single non-blocking H2D copy; the batch's tensors are views of the device twin. The
-host buffer is rewritten by the next step's staging, so on CUDA the next `stage` must not
-start before this step's copy has read it: the strict loop guarantees that by waiting for
-the step; the overlapped loop will double-buffer exactly this buffer (next issue).
+Every integer input of a step (token ids, positions, KV slots, page lists, state slots, row
+offsets) is written into one reused int32 host buffer, pinned on CUDA, and reaches the device
+in a single non-blocking H2D copy; the batch's tensors are views of the device twin. Each
+field has a fixed offset, sized for the largest step, so a field of a given length is always
+the same device address: a captured CUDA graph reads next step's inputs where it read this
+step's. A decode step can be padded to a graph bucket: padding rows write no K/V (slot -1),
+attend over the cache's sink page and run their state in the sink slot.
+
+The host buffer is rewritten by the next step's staging, so on CUDA the next `stage` must not
+start before this step's copy has read it: the strict loop guarantees that by waiting for the
+step; the overlapped loop needs two buffers (double buffering, the graph-runners issue).
 """
 
 from __future__ import annotations
@@ -16,63 +21,92 @@ import numpy as np
 import torch
 
 from engine.batch import ForwardBatch, HostLayout
+from engine.cache import KVCache
 from engine.worker.scheduler import ScheduledRow
+
+TOKEN_FIELDS = ("input_ids", "positions", "slot_mapping", "token_row")
+ROW_FIELDS = ("cu_seqlens", "last_index", "cached", "state_slots", "kv_indptr", "kv_last_page_len")
 
 
 class StepInputs:
     def __init__(self, max_tokens: int, max_rows: int, max_pages: int, device: torch.device):
-        self.device = device
         self.on_cuda = device.type == "cuda"
-        # tokens: ids, positions, kv slots, rows; rows: cu, last, cached, slots, indptr,
-        # last page len; pages: the flat page list and the padded [R, W] table.
-        capacity = 4 * max_tokens + 6 * (max_rows + 1) + 2 * max_rows * max_pages
-        self.host = torch.empty(capacity, dtype=torch.int32, pin_memory=self.on_cuda)
+        sizes = {name: max_tokens for name in TOKEN_FIELDS}
+        sizes |= {name: max_rows + 1 for name in ROW_FIELDS}
+        sizes |= {"kv_indices": max_rows * max_pages, "page_table": max_rows * max_pages}
+        self.offsets, offset = {}, 0
+        for name, size in sizes.items():  # the page table last: only the reference reads it
+            self.offsets[name] = offset
+            offset += size
+        self.host = torch.empty(offset, dtype=torch.int32, pin_memory=self.on_cuda)
         self._host_np = self.host.numpy()
         self.device_buffer = (
-            torch.empty(capacity, dtype=torch.int32, device=device) if self.on_cuda else self.host
+            torch.empty(offset, dtype=torch.int32, device=device) if self.on_cuda else self.host
         )
 
-    def stage(self, rows: list[ScheduledRow], page_size: int, ops) -> ForwardBatch:
-        num_new = np.fromiter((r.num_new for r in rows), dtype=np.int64, count=len(rows))
-        cached = np.fromiter((r.request.num_cached for r in rows), dtype=np.int64, count=len(rows))
-        cu = np.zeros(len(rows) + 1, dtype=np.int64)
+    def stage(
+        self, rows: list[ScheduledRow], cache: KVCache, ops, pad_to: int | None = None
+    ) -> ForwardBatch:
+        """The step's ForwardBatch; with `pad_to`, a decode step padded to that many rows."""
+        page_size = cache.page_size
+        real = len(rows)
+        pad = (pad_to or real) - real
+        num_new = np.ones(real + pad, dtype=np.int64)
+        num_new[:real] = [r.num_new for r in rows]
+        cached = np.ones(real + pad, dtype=np.int64)
+        cached[:real] = [r.request.num_cached for r in rows]
+        cu = np.zeros(real + pad + 1, dtype=np.int64)
         np.cumsum(num_new, out=cu[1:])
-        token_row = np.repeat(np.arange(len(rows)), num_new)
+        token_row = np.repeat(np.arange(real + pad), num_new)
         positions = np.arange(cu[-1]) - cu[token_row] + cached[token_row]
+        positions[cu[real] :] = 0
         seq_lens = cached + num_new
         row_pages = -(-seq_lens // page_size)
-        kv_indptr = np.zeros(len(rows) + 1, dtype=np.int64)
+        row_pages[real:] = 1
+        kv_indptr = np.zeros(real + pad + 1, dtype=np.int64)
         np.cumsum(row_pages, out=kv_indptr[1:])
-        pages_used = zip(rows, row_pages.tolist(), strict=True)
-        kv_indices = np.fromiter(
-            chain.from_iterable(r.request.pages[:n] for r, n in pages_used),
+        kv_indices = np.full(int(kv_indptr[-1]), cache.sink_page, dtype=np.int64)
+        kv_indices[: kv_indptr[real]] = np.fromiter(
+            chain.from_iterable(
+                r.request.pages[:n] for r, n in zip(rows, row_pages.tolist(), strict=False)
+            ),
             dtype=np.int64,
-            count=int(kv_indptr[-1]),
+            count=int(kv_indptr[real]),
         )
         slots = kv_indices[kv_indptr[token_row] + positions // page_size] * page_size
-        width = int(row_pages.max())
-        table = np.full((len(rows), width), -1, dtype=np.int64)
-        table[np.arange(width)[None, :] < row_pages[:, None]] = kv_indices
-        spans = zip(rows, cached.tolist(), num_new.tolist(), strict=True)
-        ids = np.fromiter(
-            chain.from_iterable(r.request.tokens[c : c + n] for r, c, n in spans),
+        slots += positions % page_size
+        slots[cu[real] :] = -1  # padding tokens store no K/V
+        last_page_len = seq_lens - (row_pages - 1) * page_size
+        last_page_len[real:] = 1
+        ids = np.zeros(int(cu[-1]), dtype=np.int64)
+        ids[: cu[real]] = np.fromiter(
+            chain.from_iterable(
+                r.request.tokens[c : c + n]
+                for r, c, n in zip(rows, cached.tolist(), num_new.tolist(), strict=False)
+            ),
             dtype=np.int64,
-            count=int(cu[-1]),
+            count=int(cu[real]),
         )
+        state_slots = np.full(real + pad, cache.sink_slot, dtype=np.int64)
+        state_slots[:real] = [r.request.slot for r in rows]
         parts = {
             "input_ids": ids,
             "positions": positions,
-            "slot_mapping": slots + positions % page_size,
+            "slot_mapping": slots,
             "token_row": token_row,
             "cu_seqlens": cu,
             "last_index": cu[1:] - 1,
             "cached": cached,
-            "state_slots": np.fromiter((r.request.slot for r in rows), np.int64, len(rows)),
+            "state_slots": state_slots,
             "kv_indptr": kv_indptr,
-            "kv_last_page_len": seq_lens - (row_pages - 1) * page_size,
+            "kv_last_page_len": last_page_len,
             "kv_indices": kv_indices,
-            "page_table": table,
         }
+        if getattr(ops, "reads_page_table", True):
+            width = int(row_pages.max())
+            table = np.full((real + pad, width), -1, dtype=np.int64)
+            table[np.arange(width)[None, :] < row_pages[:, None]] = kv_indices
+            parts["page_table"] = table
         host, dev = self._send(parts)
         return ForwardBatch(
             input_ids=dev["input_ids"],
@@ -80,7 +114,7 @@ class StepInputs:
             cu_seqlens=dev["cu_seqlens"],
             num_cached=cached.tolist(),
             num_new=num_new.tolist(),
-            page_table=dev["page_table"],
+            page_table=dev.get("page_table"),
             slot_mapping=dev["slot_mapping"],
             state_slots=dev["state_slots"],
             is_decode=all(r.walk == "decode" for r in rows),
@@ -93,15 +127,16 @@ class StepInputs:
         )
 
     def _send(self, parts: dict[str, np.ndarray]):
-        """Pack into the host buffer, one H2D copy, and views of both sides by name."""
-        offset, spans = 0, {}
+        """Write each field at its offset, copy the used prefix in one H2D copy, and return
+        views of both sides by name."""
+        spans, end = {}, 0
         for name, array in parts.items():
-            end = offset + array.size
-            self._host_np[offset:end] = array.reshape(-1)
-            spans[name] = (offset, end, array.shape)
-            offset = end
+            start = self.offsets[name]
+            self._host_np[start : start + array.size] = array.reshape(-1)
+            spans[name] = (start, start + array.size, array.shape)
+            end = max(end, start + array.size)
         if self.on_cuda:
-            self.device_buffer[:offset].copy_(self.host[:offset], non_blocking=True)
+            self.device_buffer[:end].copy_(self.host[:end], non_blocking=True)
 
         def views(buffer: torch.Tensor) -> dict[str, torch.Tensor]:
             return {name: buffer[a:b].view(shape) for name, (a, b, shape) in spans.items()}

@@ -1,0 +1,86 @@
+"""The main graph runner: whole decode steps captured as CUDA graphs, one per batch bucket.
+
+A decode step of R rows replays the graph of the smallest bucket >= R: its inputs are staged
+(padded to the bucket) into the fixed device addresses the graph was captured on, FlashInfer's
+decode metadata is planned into the bucket's fixed buffers, and the graph replays the forward,
+the LM head and the greedy argmax. Padding rows write no K/V and run their state in the
+cache's sink slot (step_inputs.py). Prefill and mixed steps run eagerly.
+
+Capture happens once at startup, largest bucket first, all graphs sharing one memory pool; a
+log line says buckets, memory and seconds.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+import torch
+
+log = logging.getLogger("engine.worker")
+
+BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 224, 256)
+
+
+def buckets_up_to(max_rows: int) -> list[int]:
+    """The capture sizes: the table above, then steps of 64, up to max_rows inclusive."""
+    sizes = [b for b in BUCKETS if b < max_rows]
+    sizes += range(BUCKETS[-1] + 64, max_rows, 64)
+    return [*sizes, max_rows]
+
+
+@dataclass
+class CapturedStep:
+    graph: torch.cuda.CUDAGraph
+    logits: torch.Tensor  # [bucket, vocab] fp32, the graph's output buffer
+    tokens: torch.Tensor  # [bucket] int64, the greedy choice of each row
+
+
+class DecodeGraphs:
+    def __init__(self, model, cache, ops, inputs, max_rows: int, max_pages_per_row: int):
+        self.model, self.cache, self.ops, self.inputs = model, cache, ops, inputs
+        self.buckets = buckets_up_to(max_rows)
+        self.steps: dict[int, CapturedStep] = {}
+        start = time.perf_counter()
+        free_before = torch.cuda.mem_get_info()[0]
+        pool = torch.cuda.graph_pool_handle()
+        for bucket in reversed(self.buckets):
+            ops.attention_backend.add_graph_bucket(bucket, max_pages_per_row)
+            self.steps[bucket] = self._capture(bucket, pool)
+        used = (free_before - torch.cuda.mem_get_info()[0]) / 2**20
+        log.info(
+            "decode graphs: %d buckets (%s), %.0f MiB, %.1f s",
+            len(self.buckets), ",".join(map(str, self.buckets)), used,
+            time.perf_counter() - start,
+        )  # fmt: skip
+
+    def bucket_for(self, rows: int) -> int | None:
+        return next((b for b in self.buckets if b >= rows), None)
+
+    @torch.inference_mode()
+    def _capture(self, bucket: int, pool) -> CapturedStep:
+        batch = self.inputs.stage([], self.cache, self.ops, pad_to=bucket)
+        batch.is_decode = True
+        self.ops.begin_step(batch, bucket)
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):  # warm up off the default stream, as capture needs
+            for _ in range(2):
+                self.model(batch, self.cache)
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=pool):
+            logits = self.model(batch, self.cache)
+            tokens = logits.argmax(-1)
+        return CapturedStep(graph, logits, tokens)
+
+    def replay(self, rows) -> CapturedStep:
+        """Stage and plan `rows` (a decode step) into their bucket, replay; the outputs'
+        first len(rows) rows are this step's."""
+        bucket = self.bucket_for(len(rows))
+        batch = self.inputs.stage(rows, self.cache, self.ops, pad_to=bucket)
+        self.ops.begin_step(batch, bucket)
+        step = self.steps[bucket]
+        step.graph.replay()
+        return step

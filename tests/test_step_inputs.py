@@ -1,0 +1,78 @@
+"""Staged step inputs: one buffer, fixed field addresses, and decode steps padded to a graph
+bucket whose padding rows touch only the cache's sink page and sink slot (INVARIANTS 13)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+
+from engine.config import load_scenario
+from engine.messages import AddRequest
+from engine.models import build_model
+from engine.worker.engine import Engine
+from engine.worker.graphs import buckets_up_to
+
+
+def _engine_after_prefill(lengths: list[int]) -> Engine:
+    config = replace(load_scenario("qwen35", "tiny").engine, kv_pages=256, max_rows=16)
+    engine = Engine(build_model("qwen35", "tiny", 0, "float32", "cpu"), config)
+    for rid, n in enumerate(lengths):
+        prompt = [(5 * rid + j) % 4000 + 1 for j in range(n)]
+        msg = AddRequest(rid, prompt, 8, ignore_eos=True, temperature=0)
+        engine.add_request(msg, prompt).handle = rid  # the handle a worker's runtime would give
+    while any(not r.prefill_done for r in engine.requests.values()):
+        engine.step_finished(engine.launch(engine.scheduler.schedule()).to_host())
+    return engine
+
+
+def test_padded_decode_rows_equal_the_unpadded_step_and_touch_only_the_sinks():
+    engine = _engine_after_prefill([5, 19, 33])
+    rows = engine.scheduler.schedule()
+    assert [r.walk for r in rows] == ["decode"] * 3
+    cache = engine.cache
+    before = [t.clone() for t in (*cache.k, *cache.v, *cache.conv_state, *cache.ssm_state)]
+
+    def run(pad_to):
+        for t, saved in zip(
+            (*cache.k, *cache.v, *cache.conv_state, *cache.ssm_state), before, strict=True
+        ):
+            t.copy_(saved)
+        batch = engine.inputs.stage(rows, cache, engine.ops, pad_to=pad_to)
+        with torch.inference_mode():
+            logits = engine.model(batch, cache)
+        return logits, [
+            t.clone() for t in (*cache.k, *cache.v, *cache.conv_state, *cache.ssm_state)
+        ]
+
+    plain, plain_cache = run(None)
+    padded, padded_cache = run(8)
+    assert padded.shape[0] == 8
+    # Equal up to GEMM blocking (a different row count may sum in another order).
+    close = {"atol": 1e-4, "rtol": 1e-4}
+    torch.testing.assert_close(padded[:3], plain, **close)
+    kv, states = len(cache.k) * 2, padded_cache[len(cache.k) * 2 :]
+    for a, b in zip(plain_cache[:kv], padded_cache[:kv], strict=True):
+        torch.testing.assert_close(a, b, **close)  # every page, the sink page too: no write
+        assert not b[cache.sink_page].any()
+    for a, b in zip(plain_cache[kv:], states, strict=True):  # only the sink slot may change
+        torch.testing.assert_close(a[: cache.sink_slot], b[: cache.sink_slot], **close)
+
+
+def test_fixed_addresses_for_a_bucket():
+    engine = _engine_after_prefill([4, 9])
+    rows = engine.scheduler.schedule()
+    first = engine.inputs.stage(rows, engine.cache, engine.ops, pad_to=4)
+    second = engine.inputs.stage(rows[:1], engine.cache, engine.ops, pad_to=4)
+    for name in ("input_ids", "positions", "slot_mapping", "state_slots", "last_index"):
+        a, b = getattr(first, name), getattr(second, name)
+        assert a.data_ptr() == b.data_ptr() and a.shape == b.shape, name
+    assert second.slot_mapping[1:].tolist() == [-1, -1, -1]  # padding stores no K/V
+    assert second.state_slots[1:].tolist() == [engine.cache.sink_slot] * 3
+
+
+def test_graph_buckets():
+    assert buckets_up_to(64) == [1, 2, 4, 8, 16, 24, 32, 48, 64]
+    assert buckets_up_to(100)[-3:] == [64, 96, 100]
+    assert buckets_up_to(400)[-4:] == [256, 320, 384, 400]
+    assert buckets_up_to(1) == [1]
