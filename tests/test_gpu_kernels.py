@@ -190,4 +190,5 @@ def test_gpu_sampling_greedy_exact_seeded_reproducible_and_batch_independent():
 def test_ops_objects_are_interchangeable():
     """The CUDA ops keep the reference's interface: a missing method would fail at run time."""
     public = {n for n in dir(TORCH_OPS) if not n.startswith("_")}
-    assert public <= {n for n in dir(CudaOps) if not n.startswith("_")} | {"name"}
+    model = torch.nn.ModuleDict({"a": GatedAttention(64, 4, 2, 16, 1e-6)}).to(CUDA)
+    assert public <= {n for n in dir(CudaOps(model, CUDA, page_size=16)) if not n.startswith("_")}
