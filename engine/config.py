@@ -48,6 +48,9 @@ class EngineConfig:
     # Decode steps replay CUDA graphs captured per batch bucket (engine/worker/graphs.py);
     # needs the CUDA kernels with FlashInfer attention (bf16/fp16). Off: every step eager.
     cuda_graphs: bool = True
+    # Resources that stage host data behind a non-blocking copy (the step inputs, FlashInfer's
+    # plans) keep two host buffers used in turn; off: one (the staging hazard, for an A/B).
+    double_buffer: bool = True
     # Planted slowdown of the worker loop, for `bench power` and harness tests only.
     planted_delay_us: int = 0
 

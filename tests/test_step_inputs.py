@@ -60,9 +60,13 @@ def test_padded_decode_rows_equal_the_unpadded_step_and_touch_only_the_sinks():
 
 
 def test_fixed_addresses_for_a_bucket():
+    """The same field at the same address each time its slot comes round (on CUDA the device
+    twin is one buffer: always the same address)."""
     engine = _engine_after_prefill([4, 9])
     rows = engine.scheduler.schedule()
     first = engine.inputs.stage(rows, engine.cache, engine.ops, pad_to=4)
+    other = engine.inputs.stage(rows, engine.cache, engine.ops, pad_to=4)
+    assert other.input_ids.data_ptr() != first.input_ids.data_ptr()  # two host slots in turn
     second = engine.inputs.stage(rows[:1], engine.cache, engine.ops, pad_to=4)
     for name in ("input_ids", "positions", "slot_mapping", "state_slots", "last_index"):
         a, b = getattr(first, name), getattr(second, name)

@@ -28,10 +28,11 @@ def resolve_backend(name: str, device: torch.device) -> str:
     return name
 
 
-def build_ops(name: str, model: nn.Module, device: torch.device, page_size: int):
-    """The ops object a step's ForwardBatch carries for `model` on `device`."""
+def build_ops(name: str, model: nn.Module, device: torch.device, page_size: int, slots: int = 2):
+    """The ops object a step's ForwardBatch carries for `model` on `device`; `slots` host
+    buffers for the resources that declare `force_double_buffer`."""
     if resolve_backend(name, device) == "torch":
         return TORCH_OPS
     from engine.kernels.cuda_ops import CudaOps  # imports triton: only where CUDA runs
 
-    return CudaOps(model, device, page_size)
+    return CudaOps(model, device, page_size, slots)

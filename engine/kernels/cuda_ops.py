@@ -39,7 +39,7 @@ def _pack(linears: tuple[nn.Linear, ...]) -> torch.Tensor:
 class CudaOps:
     name = "cuda"
 
-    def __init__(self, model: nn.Module, device: torch.device, page_size: int):
+    def __init__(self, model: nn.Module, device: torch.device, page_size: int, slots: int = 2):
         self.device = device
         self.dtype = next(model.parameters()).dtype
         self.weights: dict[nn.Module, torch.Tensor] = {}  # norm -> fp32 scale
@@ -55,7 +55,7 @@ class CudaOps:
                 if self.attention_backend is None and self.dtype != torch.float32:
                     self.attention_backend = FlashInferAttention(
                         module.heads, module.kv_heads, module.head_dim, page_size,
-                        self.dtype, device,
+                        self.dtype, device, slots,
                     )  # fmt: skip
             elif isinstance(module, GatedDeltaNet):
                 proj = (module.in_proj_qkv, module.in_proj_z, module.in_proj_b, module.in_proj_a)
@@ -70,10 +70,12 @@ class CudaOps:
         self.packed[linears] = (_pack(linears), [linear.weight.shape[0] for linear in linears])
 
     # --- per step ------------------------------------------------------------------------
-    def begin_step(self, batch, bucket: int | None = None) -> None:
-        """Plan the step on the host; `bucket` names the CUDA-graph decode bucket it replays."""
+    def begin_step(self, batch, bucket: int | None = None) -> int:
+        """Plan the step on the host; `bucket` names the CUDA-graph decode bucket it replays.
+        Returns the double-buffer slot the plan used (the graph of that slot replays)."""
+        slot = 0
         if self.attention_backend is not None:
-            self.attention_backend.plan(batch, bucket)
+            slot = self.attention_backend.plan(batch, bucket)
         self._chunked = not batch.is_decode and self.dtype != torch.float32
         if self._chunked:
             self._step = (
@@ -82,6 +84,7 @@ class CudaOps:
                 batch.cu_seqlens.long(),
                 torch.from_numpy(batch.host.cu_seqlens),
             )
+        return slot
 
     # --- ops -----------------------------------------------------------------------------
     def project(self, x: torch.Tensor, linears) -> list[torch.Tensor]:

@@ -22,8 +22,9 @@ class TorchOps:
 
     reads_page_table = True
 
-    def begin_step(self, batch, bucket: int | None = None) -> None:
+    def begin_step(self, batch, bucket: int | None = None) -> int:
         """Nothing to plan: the reference ops read the batch's fields directly."""
+        return 0
 
     def project(self, x: torch.Tensor, linears: tuple[nn.Linear, ...]) -> list[torch.Tensor]:
         return [F.linear(x, linear.weight) for linear in linears]

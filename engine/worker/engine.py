@@ -68,10 +68,11 @@ class Engine:
             self.device,
         )
         self.scheduler = Scheduler(config, self.cache)
-        self.ops = build_ops(config.kernels, model, self.device, config.page_size)
+        slots = 2 if config.double_buffer else 1
+        self.ops = build_ops(config.kernels, model, self.device, config.page_size, slots)
         max_pages = self.cache.pages_for(config.max_model_len)
         self.inputs = StepInputs(
-            config.max_tokens_per_step, config.max_rows, max_pages, self.device
+            config.max_tokens_per_step, config.max_rows, max_pages, self.device, slots
         )
         self.graphs = None
         if config.cuda_graphs and getattr(self.ops, "attention_backend", None) is not None:

@@ -41,17 +41,20 @@ class DecodeGraphs:
     def __init__(self, model, cache, ops, inputs, max_rows: int, max_pages_per_row: int):
         self.model, self.cache, self.ops, self.inputs = model, cache, ops, inputs
         self.buckets = buckets_up_to(max_rows)
-        self.steps: dict[int, CapturedStep] = {}
+        self.steps: dict[tuple[int, int], CapturedStep] = {}  # (bucket, slot) -> graph
         start = time.perf_counter()
         free_before = torch.cuda.mem_get_info()[0]
         pool = torch.cuda.graph_pool_handle()
+        self.slots = ops.attention_backend.slots
         for bucket in reversed(self.buckets):
             ops.attention_backend.add_graph_bucket(bucket, max_pages_per_row)
-            self.steps[bucket] = self._capture(bucket, pool)
+            for _ in range(self.slots):  # one graph per double-buffer slot
+                slot, step = self._capture(bucket, pool)
+                self.steps[bucket, slot] = step
         used = (free_before - torch.cuda.mem_get_info()[0]) / 2**20
         log.info(
-            "decode graphs: %d buckets (%s), %.0f MiB, %.1f s",
-            len(self.buckets), ",".join(map(str, self.buckets)), used,
+            "decode graphs: %d buckets (%s) x %d slots, %.0f MiB, %.1f s",
+            len(self.buckets), ",".join(map(str, self.buckets)), self.slots, used,
             time.perf_counter() - start,
         )  # fmt: skip
 
@@ -59,10 +62,10 @@ class DecodeGraphs:
         return next((b for b in self.buckets if b >= rows), None)
 
     @torch.inference_mode()
-    def _capture(self, bucket: int, pool) -> CapturedStep:
+    def _capture(self, bucket: int, pool) -> tuple[int, CapturedStep]:
         batch = self.inputs.stage([], self.cache, self.ops, pad_to=bucket)
         batch.is_decode = True
-        self.ops.begin_step(batch, bucket)
+        slot = self.ops.begin_step(batch, bucket)
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):  # warm up off the default stream, as capture needs
@@ -73,14 +76,13 @@ class DecodeGraphs:
         with torch.cuda.graph(graph, pool=pool):
             logits = self.model(batch, self.cache)
             tokens = logits.argmax(-1)
-        return CapturedStep(graph, logits, tokens)
+        return slot, CapturedStep(graph, logits, tokens)
 
     def replay(self, rows) -> CapturedStep:
         """Stage and plan `rows` (a decode step) into their bucket, replay; the outputs'
         first len(rows) rows are this step's."""
         bucket = self.bucket_for(len(rows))
         batch = self.inputs.stage(rows, self.cache, self.ops, pad_to=bucket)
-        self.ops.begin_step(batch, bucket)
-        step = self.steps[bucket]
+        step = self.steps[bucket, self.ops.begin_step(batch, bucket)]
         step.graph.replay()
         return step

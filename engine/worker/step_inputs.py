@@ -8,9 +8,12 @@ the same device address: a captured CUDA graph reads next step's inputs where it
 step's. A decode step can be padded to a graph bucket: padding rows write no K/V (slot -1),
 attend over the cache's sink page and run their state in the sink slot.
 
-The host buffer is rewritten by the next step's staging, so on CUDA the next `stage` must not
-start before this step's copy has read it: the strict loop guarantees that by waiting for the
-step; the overlapped loop needs two buffers (double buffering, the graph-runners issue).
+The H2D copy is non-blocking: it reads the pinned host buffer when the GPU reaches it, which
+may be after the host has staged the next step. With one host buffer, a host that runs ahead
+(the overlapped loop) would overwrite step N's inputs before N's copy read them; so the class
+declares `force_double_buffer` and keeps `slots` host buffers (2 by default), used in turn:
+staging N+2 reuses N's buffer, and the worker never stages N+2 before N+1 (hence N, stream
+order) completed. The device buffer stays one: copies and steps are ordered on one stream.
 """
 
 from __future__ import annotations
@@ -29,7 +32,13 @@ ROW_FIELDS = ("cu_seqlens", "last_index", "cached", "state_slots", "kv_indptr", 
 
 
 class StepInputs:
-    def __init__(self, max_tokens: int, max_rows: int, max_pages: int, device: torch.device):
+    force_double_buffer = True  # a pinned host buffer behind a non-blocking H2D copy
+
+    def __init__(
+        self, max_tokens: int, max_rows: int, max_pages: int, device: torch.device, slots: int = 2
+    ):
+        if slots < 1:
+            raise ValueError(f"slots must be >= 1, got {slots}")
         self.on_cuda = device.type == "cuda"
         sizes = {name: max_tokens for name in TOKEN_FIELDS}
         sizes |= {name: max_rows + 1 for name in ROW_FIELDS}
@@ -38,10 +47,12 @@ class StepInputs:
         for name, size in sizes.items():  # the page table last: only the reference reads it
             self.offsets[name] = offset
             offset += size
-        self.host = torch.empty(offset, dtype=torch.int32, pin_memory=self.on_cuda)
-        self._host_np = self.host.numpy()
+        self.hosts = [
+            torch.empty(offset, dtype=torch.int32, pin_memory=self.on_cuda) for _ in range(slots)
+        ]
+        self.slot = 0  # the host buffer the next stage writes
         self.device_buffer = (
-            torch.empty(offset, dtype=torch.int32, device=device) if self.on_cuda else self.host
+            torch.empty(offset, dtype=torch.int32, device=device) if self.on_cuda else None
         )
 
     def stage(
@@ -129,16 +140,21 @@ class StepInputs:
     def _send(self, parts: dict[str, np.ndarray]):
         """Write each field at its offset, copy the used prefix in one H2D copy, and return
         views of both sides by name."""
+        host = self.hosts[self.slot]
+        self.slot = (self.slot + 1) % len(self.hosts)
+        host_np = host.numpy()
         spans, end = {}, 0
         for name, array in parts.items():
             start = self.offsets[name]
-            self._host_np[start : start + array.size] = array.reshape(-1)
+            host_np[start : start + array.size] = array.reshape(-1)
             spans[name] = (start, start + array.size, array.shape)
             end = max(end, start + array.size)
+        device = host
         if self.on_cuda:
-            self.device_buffer[:end].copy_(self.host[:end], non_blocking=True)
+            device = self.device_buffer
+            device[:end].copy_(host[:end], non_blocking=True)
 
         def views(buffer: torch.Tensor) -> dict[str, torch.Tensor]:
             return {name: buffer[a:b].view(shape) for name, (a, b, shape) in spans.items()}
 
-        return views(self.host), views(self.device_buffer)
+        return views(host), views(device)

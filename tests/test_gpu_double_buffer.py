@@ -1,0 +1,66 @@
+"""The staging hazard and its fix, made certain (pytest -m gpu).
+
+A step's inputs reach the GPU by a non-blocking copy from a pinned host buffer. A kernel that
+spins (torch.cuda._sleep) queued before that copy holds it back while the host runs on, as
+the overlapped loop does: it stages step N+1 while N runs and waits for N-1 (not N) first.
+With one host buffer the held-back copy delivers the NEXT step's inputs to this step; with
+two buffers in turn each step reads its own. Both halves are asserted, so the first half
+proves the test can see the hazard.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+import torch
+
+from engine.cache import CacheShapes, KVCache
+from engine.kernels.torch_ops import TORCH_OPS
+from engine.worker.step_inputs import StepInputs
+
+pytestmark = pytest.mark.gpu
+if not torch.cuda.is_available():
+    pytest.skip("needs CUDA", allow_module_level=True)
+
+
+@dataclass
+class _Request:
+    tokens: list[int]
+    num_cached: int
+    pages: list[int] = field(default_factory=lambda: [0, 1])
+    slot: int = 0
+
+
+@dataclass
+class _Row:
+    request: _Request
+    num_new: int = 1
+    walk: str = "decode"
+
+
+def _seen_by_step(slots: int) -> list[list[int]]:
+    cache = KVCache(CacheShapes(1, 1, 1, 8, 8, 4, 1, 4, 4), 8, 16, 4, torch.float32, "cuda")
+    inputs = StepInputs(64, 8, 4, torch.device("cuda"), slots=slots)
+    seen = []
+    for _ in range(3):  # warm up the copy path first: a cold first copy may not show it
+        inputs.stage([_Row(_Request([1, 2], 1))], cache, TORCH_OPS)
+    torch.cuda.synchronize()
+    done = []
+    for step in range(4):
+        if step >= 2:
+            done[step - 2].synchronize()  # the overlapped loop's wait: two steps back
+        torch.cuda._sleep(int(2e7))  # ~10 ms of GPU spin ahead of this step's copy
+        batch = inputs.stage([_Row(_Request([0, 100 + step], 1))], cache, TORCH_OPS)
+        seen.append(batch.input_ids.clone())  # what the step's kernels read, in stream order
+        done.append(torch.cuda.Event())
+        done[-1].record()
+    torch.cuda.synchronize()
+    return [t.tolist() for t in seen]
+
+
+def test_one_host_buffer_delivers_the_next_steps_inputs_two_deliver_each_its_own():
+    single = _seen_by_step(slots=1)
+    assert single[:3] == [[101], [102], [103]], single  # each step read its successor's ids
+    double = _seen_by_step(slots=2)
+    assert double == [[100], [101], [102], [103]], double
