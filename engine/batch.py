@@ -41,6 +41,7 @@ class ForwardBatch:
     kv_indices: torch.Tensor | None = None  # [pages] int32, every row's pages, concatenated
     last_index: torch.Tensor | None = None  # [R] int32, staged last_token_index
     host: HostLayout | None = None
+    feed_index: torch.Tensor | None = None  # [T] int32, -1 or an index into the fed tokens
 
     def __post_init__(self) -> None:
         if (
@@ -49,6 +50,14 @@ class ForwardBatch:
             from engine.kernels.torch_ops import TORCH_OPS
 
             self.ops = TORCH_OPS
+
+    def gather_fed_tokens(self, fed: torch.Tensor | None) -> None:
+        """Write into input_ids, in place and on the device, the tokens the host does not have
+        yet: those of the step still in flight (`fed`), at the staged feed indices."""
+        if self.feed_index is None or fed is None:
+            return
+        picked = fed[self.feed_index.clamp(min=0).long()].to(self.input_ids.dtype)
+        self.input_ids.copy_(torch.where(self.feed_index >= 0, picked, self.input_ids))
 
     @property
     def num_rows(self) -> int:

@@ -80,3 +80,41 @@ def test_graph_buckets():
     assert buckets_up_to(100)[-3:] == [64, 96, 100]
     assert buckets_up_to(400)[-4:] == [256, 320, 384, 400]
     assert buckets_up_to(1) == [1]
+
+
+def _generate(engine: Engine, overlapped: bool, steps: int) -> dict[int, list[int]]:
+    """Drive the engine as the worker's loops do: strict (launch, wait, finish) or overlapped
+    (launch N+1 fed from N on the device, then finish N)."""
+    in_flight = None
+    for _ in range(steps):
+        rows = engine.scheduler.schedule()
+        if overlapped:
+            launched = engine.launch(rows, feed=in_flight)
+            if in_flight is not None:
+                engine.step_finished(in_flight.to_host())
+            in_flight = launched
+        else:
+            engine.step_finished(engine.launch(rows).to_host())
+    if in_flight is not None:
+        engine.step_finished(in_flight.to_host())
+    return {rid: r.tokens[len(r.prompt) :] for rid, r in engine.requests.items()}
+
+
+def test_a_step_fed_on_the_device_gives_the_tokens_of_the_strict_loop():
+    """Steps launched before the previous step's tokens reached the host read those tokens
+    on the device (feed indices) and produce exactly the strict loop's tokens, through
+    prefill, the first decode step after it and plain decode."""
+    lengths = [3, 21, 40, 7]
+    strict = _generate(_engine_after_prefill_steps(lengths), overlapped=False, steps=6)
+    fed = _generate(_engine_after_prefill_steps(lengths), overlapped=True, steps=6)
+    assert fed == strict and all(len(t) == 6 for t in strict.values())
+
+
+def _engine_after_prefill_steps(lengths: list[int]) -> Engine:
+    config = replace(load_scenario("qwen35", "tiny").engine, kv_pages=256, max_rows=16)
+    engine = Engine(build_model("qwen35", "tiny", 0, "float32", "cpu"), config)
+    for rid, n in enumerate(lengths):
+        prompt = [(5 * rid + j) % 4000 + 1 for j in range(n)]
+        msg = AddRequest(rid, prompt, 8, ignore_eos=True, temperature=0)
+        engine.add_request(msg, prompt).handle = rid
+    return engine

@@ -26,25 +26,57 @@ from engine.worker.step_inputs import StepInputs
 
 @dataclass
 class PendingStep:
+    """A launched step: its rows, the device tensors it will produce, and (on CUDA) an event
+    after the non-blocking copy of its tokens to pinned host memory."""
+
     rows: list[ScheduledRow]
     sampled: list[int]  # indices into rows of the rows that sampled a token
     tokens: torch.Tensor  # device [S]
     logprobs: torch.Tensor | None  # device [S] when any sampled row asked for log-probs
+    requests: dict[int, Request]  # the engine's live requests, to drop rows removed since
+    done: torch.cuda.Event | None = None
+    host_tokens: torch.Tensor | None = None  # pinned, valid once `done` has fired
+    host_logprobs: torch.Tensor | None = None
+
+    def __post_init__(self) -> None:
+        if self.tokens.is_cuda:  # copy back now, in stream order: a later step may reuse the
+            # graph's output buffer, and waiting on the event waits for this step alone
+            self.host_tokens = self.tokens.to("cpu", non_blocking=True)
+            if self.logprobs is not None:
+                self.host_logprobs = self.logprobs.float().to("cpu", non_blocking=True)
+            self.done = torch.cuda.Event()
+            self.done.record()
 
     def wait(self) -> None:
-        if self.tokens.is_cuda:
-            torch.cuda.current_stream().synchronize()
+        if self.done is not None:
+            self.done.synchronize()
+
+    def feed_index(self) -> dict[int, int]:
+        """rid -> index of its token in `tokens`: where the next step reads a token the host
+        does not have yet (the overlapped loop)."""
+        return {self.rows[i].request.rid: j for j, i in enumerate(self.sampled)}
 
     def to_host(self) -> StepOutput:
-        """The stop check's host copy (the postprocess's `prematerialize`)."""
-        tokens = self.tokens.cpu().numpy().astype(np.int64, copy=False)
-        rows = [self.rows[i] for i in self.sampled]
+        """The stop check's host copy (the postprocess's `prematerialize`). Rows whose request
+        was removed after this step was launched (stopped by the previous step's postprocess,
+        or aborted) are dropped: they never reach the postprocess."""
+        tokens = self.host_tokens if self.host_tokens is not None else self.tokens.cpu()
+        logprobs = self.host_logprobs if self.host_logprobs is not None else self.logprobs
+        keep = [
+            j for j, i in enumerate(self.sampled)
+            if self.requests.get(self.rows[i].request.rid) is self.rows[i].request
+        ]  # fmt: skip
+        rows = [self.rows[self.sampled[j]] for j in keep]
+        tokens = tokens.numpy().astype(np.int64, copy=False)
+        if len(keep) < len(self.sampled):
+            tokens = tokens[keep]
+            logprobs = None if logprobs is None else logprobs[keep]
         return StepOutput(
             rids=np.fromiter((r.request.rid for r in rows), dtype=np.int64, count=len(rows)),
             handles=np.fromiter((r.request.handle for r in rows), dtype=np.int64, count=len(rows)),
             row_walks=[r.walk for r in rows],
             tokens=tokens,
-            logprobs=None if self.logprobs is None else self.logprobs.float().cpu().numpy(),
+            logprobs=None if logprobs is None else logprobs.float().cpu().numpy(),
             check_stop_buffers={"new_token": tokens},
         )
 
@@ -95,14 +127,20 @@ class Engine:
         return self.scheduler.remove(rid)
 
     @torch.inference_mode()
-    def launch(self, rows: list[ScheduledRow]) -> PendingStep:
+    def launch(self, rows: list[ScheduledRow], feed: PendingStep | None = None) -> PendingStep:
+        """Stage, plan and launch one step. `feed` is the step still in flight, whose sampled
+        tokens are the inputs of rows the host has no token for yet (the overlapped loop);
+        they are gathered on the device, never copied to the host first."""
         sampled = [i for i, row in enumerate(rows) if row.samples]
         greedy = None  # the graph's own argmax, when a captured decode step ran
+        feed_from = feed.tokens if feed is not None else None
+        feed_index = feed.feed_index() if feed is not None else None
         if self.graphs is not None and all(r.walk == "decode" for r in rows):
-            step = self.graphs.replay(rows)
+            step = self.graphs.replay(rows, feed_from, feed_index)
             logits, greedy = step.logits[: len(rows)], step.tokens[: len(rows)]
         else:
-            batch = self.inputs.stage(rows, self.cache, self.ops)
+            batch = self.inputs.stage(rows, self.cache, self.ops, feed_index=feed_index)
+            batch.gather_fed_tokens(feed_from)
             self.ops.begin_step(batch)
             logits = self.model(batch, self.cache)
         for row in rows:
@@ -110,15 +148,20 @@ class Engine:
         picked = [rows[i].request for i in sampled]
         if not picked:  # every row was a prompt chunk that does not end its prompt
             empty = torch.empty(0, dtype=torch.int64, device=self.device)
-            return PendingStep(rows, sampled, empty, None)
+            return PendingStep(rows, sampled, empty, None, self.requests)
         params = [r.sampling for r in picked]
         if greedy is not None and all(p.greedy and not p.logprobs for p in params):
-            return PendingStep(rows, sampled, greedy, None)
+            return PendingStep(rows, sampled, greedy, None, self.requests)
         if len(sampled) < len(rows):
             logits = logits[sampled]
-        tokens, logprobs = self.ops.sample(logits, params, [r.num_output for r in picked])
+        # The sampled token's index in its request's output (its token may not be on the
+        # host yet: num_cached, already advanced, counts it).
+        output_index = [r.num_cached - len(r.prompt) for r in picked]
+        tokens, logprobs = self.ops.sample(logits, params, output_index)
         want_logprobs = any(p.logprobs for p in params)
-        return PendingStep(rows, sampled, tokens, logprobs if want_logprobs else None)
+        return PendingStep(
+            rows, sampled, tokens, logprobs if want_logprobs else None, self.requests
+        )
 
     def step_finished(self, output: StepOutput) -> None:
         for rid, token in zip(output.rids.tolist(), output.tokens.tolist(), strict=True):

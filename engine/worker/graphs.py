@@ -78,11 +78,12 @@ class DecodeGraphs:
             tokens = logits.argmax(-1)
         return slot, CapturedStep(graph, logits, tokens)
 
-    def replay(self, rows) -> CapturedStep:
+    def replay(self, rows, fed=None, feed_index=None) -> CapturedStep:
         """Stage and plan `rows` (a decode step) into their bucket, replay; the outputs'
-        first len(rows) rows are this step's."""
+        first len(rows) rows are this step's. `fed`/`feed_index`: see Engine.launch."""
         bucket = self.bucket_for(len(rows))
-        batch = self.inputs.stage(rows, self.cache, self.ops, pad_to=bucket)
+        batch = self.inputs.stage(rows, self.cache, self.ops, bucket, feed_index)
+        batch.gather_fed_tokens(fed)
         step = self.steps[bucket, self.ops.begin_step(batch, bucket)]
         step.graph.replay()
         return step

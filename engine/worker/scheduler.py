@@ -25,8 +25,10 @@ class ScheduledRow:
 
     @property
     def samples(self) -> bool:
-        """The row ends a prompt (or is a decode row), so the step samples a token for it."""
-        return self.request.num_cached + self.num_new == len(self.request.tokens)
+        """The row ends a prompt (or is a decode row), so the step samples a token for it. A
+        decode row whose input token is still on the device (the overlapped loop launched
+        this step before the last one's tokens reached the host) reaches past `tokens`."""
+        return self.request.num_cached + self.num_new >= len(self.request.tokens)
 
 
 class Scheduler:

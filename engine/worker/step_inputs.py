@@ -27,7 +27,7 @@ from engine.batch import ForwardBatch, HostLayout
 from engine.cache import KVCache
 from engine.worker.scheduler import ScheduledRow
 
-TOKEN_FIELDS = ("input_ids", "positions", "slot_mapping", "token_row")
+TOKEN_FIELDS = ("input_ids", "positions", "slot_mapping", "token_row", "feed_index")
 ROW_FIELDS = ("cu_seqlens", "last_index", "cached", "state_slots", "kv_indptr", "kv_last_page_len")
 
 
@@ -56,9 +56,16 @@ class StepInputs:
         )
 
     def stage(
-        self, rows: list[ScheduledRow], cache: KVCache, ops, pad_to: int | None = None
+        self,
+        rows: list[ScheduledRow],
+        cache: KVCache,
+        ops,
+        pad_to: int | None = None,
+        feed_index: dict[int, int] | None = None,
     ) -> ForwardBatch:
-        """The step's ForwardBatch; with `pad_to`, a decode step padded to that many rows."""
+        """The step's ForwardBatch; with `pad_to`, a decode step padded to that many rows.
+        `feed_index` maps the rid of a row whose input token the host does not have yet to
+        that token's index in the in-flight step's output (see ForwardBatch.gather_fed_tokens)."""
         page_size = cache.page_size
         real = len(rows)
         pad = (pad_to or real) - real
@@ -89,15 +96,7 @@ class StepInputs:
         slots[cu[real] :] = -1  # padding tokens store no K/V
         last_page_len = seq_lens - (row_pages - 1) * page_size
         last_page_len[real:] = 1
-        ids = np.zeros(int(cu[-1]), dtype=np.int64)
-        ids[: cu[real]] = np.fromiter(
-            chain.from_iterable(
-                r.request.tokens[c : c + n]
-                for r, c, n in zip(rows, cached.tolist(), num_new.tolist(), strict=False)
-            ),
-            dtype=np.int64,
-            count=int(cu[real]),
-        )
+        ids, feed = _token_ids(rows, cached, num_new, cu, feed_index)
         state_slots = np.full(real + pad, cache.sink_slot, dtype=np.int64)
         state_slots[:real] = [r.request.slot for r in rows]
         parts = {
@@ -105,6 +104,7 @@ class StepInputs:
             "positions": positions,
             "slot_mapping": slots,
             "token_row": token_row,
+            "feed_index": feed,
             "cu_seqlens": cu,
             "last_index": cu[1:] - 1,
             "cached": cached,
@@ -130,6 +130,7 @@ class StepInputs:
             state_slots=dev["state_slots"],
             is_decode=all(r.walk == "decode" for r in rows),
             ops=ops,
+            feed_index=dev["feed_index"] if feed_index else None,
             token_row=dev["token_row"],
             cached=dev["cached"],
             kv_indices=dev["kv_indices"],
@@ -158,3 +159,23 @@ class StepInputs:
             return {name: buffer[a:b].view(shape) for name, (a, b, shape) in spans.items()}
 
         return views(host), views(device)
+
+
+def _token_ids(rows, cached, num_new, cu, feed_index):
+    """Every row's input tokens, flat (padding rows: 0), and per token the index of the
+    in-flight step's output to read instead (-1: the host has it)."""
+    tokens = int(cu[-1])
+    ids = np.zeros(tokens, dtype=np.int64)
+    feed = np.full(tokens, -1, dtype=np.int64)
+    spans = zip(rows, cached.tolist(), num_new.tolist(), strict=False)
+    if not feed_index:
+        real = int(cu[len(rows)])
+        chunks = (r.request.tokens[c : c + n] for r, c, n in spans)
+        ids[:real] = np.fromiter(chain.from_iterable(chunks), dtype=np.int64, count=real)
+        return ids, feed
+    for i, (row, c, n) in enumerate(spans):
+        known = row.request.tokens[c : c + n]
+        ids[cu[i] : cu[i] + len(known)] = known
+        if len(known) < n:  # only a decode row's one token can be missing
+            feed[cu[i] + n - 1] = feed_index[row.request.rid]
+    return ids, feed
