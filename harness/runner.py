@@ -15,6 +15,7 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from engine import env
 from engine.config import Scenario
 from harness.arms import Arm
 from harness.errors import BenchError
@@ -23,6 +24,11 @@ from harness.records import ServerRecord
 from harness.results import RunDir
 from harness.server import ServerProcess
 from harness.spans import SpanCollector
+
+# How long a stopped server's end-of-spans message may take to arrive. A clean stop sends it
+# before the worker exits, so it is in at once; only a crashed worker, or an engine revision
+# older than the message, makes the collector wait this long.
+LAST_WINDOW_WAIT_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -100,7 +106,7 @@ def _run_slot(plan, rundir, collector, slot, letter, show, stop) -> bool:
                 cwd=arm.tree,
                 log_path=rundir.log_path(server_id),
                 server_id=server_id,
-                env={"BENCH_PHASE_TIMING": str(plan.period), "BENCH_SPAN_ADDR": collector.address},
+                env=env.timing_environment(plan.period, span_addr=collector.address),
             )
             record.port = server.port
             server.start()
@@ -126,8 +132,8 @@ def _run_slot(plan, rundir, collector, slot, letter, show, stop) -> bool:
         if server is not None:
             record.exit_code = server.stop()
             stop.server = None
-            time.sleep(0.3)  # the worker's last span window is in flight
-            spans = collector.take(server_id, arm.name, block, slot)
+            wait_s = LAST_WINDOW_WAIT_S if record.healthy else 0.0
+            spans = collector.take(server_id, arm.name, block, slot, wait_s)
         record.stop_unix = time.time()
         rundir.append_slot(records, spans, record)
     return record.error is None

@@ -1,7 +1,9 @@
-"""Live collection of the workers' span records over ZMQ, labelled by schedule slot.
+"""Live collection of the workers' span windows over ZMQ (the span wire: engine/spans.py).
 
-The harness binds one SUB socket; every server it starts gets BENCH_SPAN_ADDR pointing at it
-and a server id, and PUBlishes a list of records every `period` worker iterations.
+The harness binds one SUB socket; every server it starts gets its address and a server id,
+and its worker PUBlishes a list of records every `period` iterations, then, as it exits, one
+end-of-spans message. `take` waits for that message, so a server's last window is never
+left behind.
 """
 
 from __future__ import annotations
@@ -12,22 +14,21 @@ from collections import defaultdict
 import msgspec
 import zmq
 
-from engine.worker.timing import SpanWindowRecord
+from engine.spans import END_TOPIC, SUBSCRIBE, SpanWindowRecord, decode_end, decode_records
 from harness.records import SpanRecord
-
-_decode = msgspec.json.Decoder(list[SpanWindowRecord]).decode
 
 
 class SpanCollector:
     def __init__(self, host: str = "127.0.0.1"):
         self._ctx = zmq.Context()
         self._sub = self._ctx.socket(zmq.SUB)
-        self._sub.setsockopt(zmq.SUBSCRIBE, b"spans")
+        self._sub.setsockopt(zmq.SUBSCRIBE, SUBSCRIBE)
         self._sub.setsockopt(zmq.RCVHWM, 0)
         port = self._sub.bind_to_random_port(f"tcp://{host}")
         self.address = f"tcp://{host}:{port}"
         self._lock = threading.Lock()
         self._by_server: dict[str, list[SpanWindowRecord]] = defaultdict(list)
+        self._ended: dict[str, threading.Event] = defaultdict(threading.Event)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._read, name="span-collector", daemon=True)
         self._thread.start()
@@ -38,18 +39,24 @@ class SpanCollector:
         while not self._stop.is_set():
             if not poller.poll(100):
                 continue
-            _, payload = self._sub.recv_multipart()
-            records = _decode(payload)
+            topic, payload = self._sub.recv_multipart()
             with self._lock:
-                for record in records:
+                if topic == END_TOPIC:
+                    self._ended[decode_end(payload).server].set()
+                    continue
+                for record in decode_records(payload):
                     self._by_server[record.server].append(record)
 
-    def windows(self, server: str) -> int:
+    def take(
+        self, server: str, arm: str, block: int, slot: int, wait_s: float = 0.0
+    ) -> list[SpanRecord]:
+        """Every window `server` sent, once its end-of-spans message is in or `wait_s` has
+        passed (a worker that crashed, or an engine older than the message, sends none)."""
         with self._lock:
-            return len({r.first_iter for r in self._by_server.get(server, [])})
-
-    def take(self, server: str, arm: str, block: int, slot: int) -> list[SpanRecord]:
+            ended = self._ended[server]
+        ended.wait(wait_s)
         with self._lock:
+            self._ended.pop(server, None)
             records = self._by_server.pop(server, [])
         return [
             SpanRecord(arm=arm, block=block, slot=slot, **msgspec.structs.asdict(r))
