@@ -45,11 +45,12 @@ SUBSCRIBE = b"spans"  # a prefix of both topics
 
 # Spans of one worker iteration: schedule + forward + postprocess_batch = iter_total.
 ITERATION = "worker.iter_total"
-SCHEDULE = "worker.step.schedule"
-FORWARD = "worker.step.forward"
+STEP = "worker.step."  # the step's own phases
+SCHEDULE = STEP + "schedule"
+FORWARD = STEP + "forward"
 POSTPROCESS_BATCH = "worker.postprocess_batch"
 # Inside postprocess_batch: the waits, then the postprocess stages (POSTPROCESS + stage).
-COMPLETION_WAIT = "worker.step.completion_wait"
+COMPLETION_WAIT = STEP + "completion_wait"
 POSTPROCESS = "worker.postprocess."
 PREMATERIALIZE = POSTPROCESS + "prematerialize"
 # Handling one message (MESSAGE + its tag), and the stage laps inside one (+ "." + stage).

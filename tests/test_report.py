@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -12,11 +13,11 @@ import pytest
 from PIL import Image
 from typer.testing import CliRunner
 
+from harness.analysis.schema import RequestRecord, ServerRecord, Slot, SpanRecord
 from harness.cli import app
-from harness.records import RequestRecord, ServerRecord, SpanRecord
-from harness.report import write_report
-from harness.report.style import DPI, WIDTH_IN
-from harness.results import RunDir
+from harness.commands.report import report_run
+from harness.results import RunDir, summarise
+from harness.show.report.style import DPI, WIDTH_IN
 
 STREAMS, TOKENS, RUN_S, STEADY = 4, 10, 4.0, (1.0, 3.0)
 WINDOWS, ITERS = 4, 100
@@ -34,50 +35,69 @@ SPANS_MS = {
     "worker.postprocess.tail": (0.2, 0.25),
 }
 MESSAGES_MS = {"worker.msg.add_request": (0.4, 0.5), "worker.msg.add_request.engine": (0.1, 0.2)}
+COMMIT = "9c05c56" * 5 + "ab"
 ARMS = [
-    {"letter": "A", "name": "main", "kind": "ref", "spec": "main", "commit": "9c05c56" * 5 + "ab",
+    {"letter": "A", "name": "main", "kind": "ref", "spec": "main", "commit": COMMIT,
      "dirty": False, "diff_hash": None, "overrides": {}, "url": None, "tree": "/wt"},
-    {"letter": "B", "name": "pr", "kind": "worktree", "spec": "worktree", "commit": "9c05c56" * 5 + "ab",
+    {"letter": "B", "name": "pr", "kind": "worktree", "spec": "worktree", "commit": COMMIT,
      "dirty": True, "diff_hash": "c05ef4fd612d3e7b", "overrides": {"engine.mixing": True},
      "url": None, "tree": "/work"},
 ]  # fmt: skip
 
 
-def write_run(path: Path, rates: list[float], letters: str = "ABBA", spans: bool = True,
-              failed: int = 0, arms: list[dict] = ARMS, run_id: str = "run") -> dict:  # fmt: skip
-    """A recorded run: server i (schedule order) streams STREAMS requests at a time whose tokens
-    arrive every STREAMS / rates[i] seconds; arm B's spans take SPANS_MS[name][1] ms per
-    iteration times (1 + slot / 100). The first `failed` measured requests of server 1 fail.
-    Returns the rows, for the test to compute its own expectations."""
+def write_run(
+    path: Path,
+    rates: list[float],
+    letters: str = "ABBA",
+    spans: bool = True,
+    failed: int = 0,
+    arms: list[dict] = ARMS,
+    run_id: str = "run",
+) -> dict:
+    """A recorded run, summarised as `bench run` leaves it: server i (schedule order) streams
+    STREAMS requests at a time whose tokens arrive every STREAMS / rates[i] seconds; arm B's
+    spans take SPANS_MS[name][1] ms per iteration times (1 + slot / 100). The first `failed`
+    measured requests of server 1 fail. Returns the rows, for the test to compute its own
+    expectations."""
     run = RunDir(path)
-    run.write_manifest({
-        "run_id": run_id, "command": "bench run qwen35 -c 4 --abba", "aa_check": False,
-        "scenario": {"name": "qwen35", "size": "tiny", "headline": "output_tok_per_s",
-                     "engine": {}, "load": {}, "model": {}},
-        "arms": arms, "schedule": list(letters * (len(rates) // len(letters))),
-        "concurrency": STREAMS, "requests": None, "duration_s": RUN_S, "warmup": STREAMS,
-        "period": ITERS, "complete": True,
-        "machine": {"cpu": "x86_64", "cpus": 2, "gpu": None, "host": "ci"},
-    })  # fmt: skip
+    scenario = {"name": "qwen35", "size": "tiny", "headline": "output_tok_per_s"}
+    load = {"concurrency": STREAMS, "requests": None, "duration_s": RUN_S, "warmup": STREAMS}
+    run.write_manifest(
+        {
+            "run_id": run_id,
+            "command": "bench run qwen35 -c 4 --abba",
+            "aa_check": False,
+            "scenario": scenario | {"engine": {}, "load": {}, "model": {}},
+            "arms": arms,
+            "schedule": list(letters * (len(rates) // len(letters))),
+            **load,
+            "period": ITERS,
+            "complete": True,
+            "machine": {"cpu": "x86_64", "cpus": 2, "gpu": None, "host": "ci"},
+        }
+    )
     rows = {"requests": [], "spans": [], "servers": []}
     for i, rate in enumerate(rates):
         block, slot = divmod(i, len(letters))
         letter = letters[slot]
         arm = next(a["name"] for a in arms if a["letter"] == letter)
+        where = Slot(arm, letter, f"{letter}{slot}", block, slot)
         t0 = 1000.0 + 100 * i
-        requests = _requests(arm, block, slot, STREAMS / rate, failed if i == 1 else 0)
-        span_rows = _spans(arm, block, slot, letter, t0) if spans else []
-        server = ServerRecord(arm, block, slot, letter, 9000 + i, f"logs/{i}.log", t0, t0 - 1,
-                              healthy=True, requests=len(requests),
-                              steady_start_s=STEADY[0], steady_end_s=STEADY[1])  # fmt: skip
+        requests = _requests(where, STREAMS / rate, failed if i == 1 else 0)
+        span_rows = _spans(where, t0) if spans else []
+        process = {"port": 9000 + i, "log": f"logs/{i}.log", "t0_unix": t0, "start_unix": t0 - 1}
+        window = {"steady_start_s": STEADY[0], "steady_end_s": STEADY[1]}
+        facts = {"healthy": True, "requests": len(requests)}
+        server = ServerRecord(**asdict(where), **process, **facts, **window)
         run.append_slot(requests, span_rows, server)
         rows["requests"] += requests
         rows["spans"] += span_rows
         rows["servers"].append(server)
+    summarise(path)
     return rows
 
 
-def _requests(arm, block, slot, itl, failed) -> list[RequestRecord]:
+def _requests(where: Slot, itl: float, failed: int) -> list[RequestRecord]:
     out = []
     for stream in range(STREAMS):
         send, k = stream * itl / STREAMS, 0
@@ -86,27 +106,31 @@ def _requests(arm, block, slot, itl, failed) -> list[RequestRecord]:
             warmup = k == 0
             bad = not warmup and failed > 0
             failed -= bad
-            out.append(RequestRecord(
-                arm, block, slot, k * STREAMS + stream, warmup, 16, TOKENS, send, send,
-                None if bad else times[0], None if bad else times[-1], 0 if bad else TOKENS,
-                [] if bad else times, 500 if bad else 200, "HTTP 500" if bad else None,
-            ))  # fmt: skip
+            sent = {"index": k * STREAMS + stream, "warmup": warmup, "prompt_tokens": 16}
+            sent |= {"max_tokens": TOKENS, "intended_send_s": send, "send_s": send}
+            got = {"first_token_s": times[0], "end_s": times[-1], "output_tokens": TOKENS}
+            got |= {"token_times_s": times, "status": 200}
+            if bad:
+                got = {"output_tokens": 0, "status": 500, "error": "HTTP 500"}
+            out.append(RequestRecord(**asdict(where), **sent, **got))
             send, k = times[-1], k + 1
     return out
 
 
-def _spans(arm, block, slot, letter, t0) -> list[SpanRecord]:
-    rows, scale = [], 1 + slot / 100
+def _spans(where: Slot, t0: float) -> list[SpanRecord]:
+    rows, scale = [], 1 + where.slot / 100
     for w in range(WINDOWS):
         first, start, end = w * ITERS + 1, t0 + w, t0 + w + 1
+        window = {"first_iter": first, "last_iter": first + ITERS - 1, "iterations": ITERS}
+        window |= {"mean_batch": 3.0, "start_unix": start, "end_unix": end}
         for name, ms in (SPANS_MS | MESSAGES_MS).items():
             n = 10 if name.startswith("worker.msg") else ITERS
-            total = ms[letter == "B"] * scale * ITERS * 1e6
-            rows.append(SpanRecord(arm, block, slot, "w0", name, "span", first, first + ITERS - 1,
-                                   ITERS, 3.0, n, total, 0, 0, 0, start, end))  # fmt: skip
-        rows.append(SpanRecord(arm, block, slot, "w0", "worker.rows_per_step", "count", first,
-                               first + ITERS - 1, ITERS, 3.0, ITERS, 3.5 * ITERS, 3, 4, 4,
-                               start, end))  # fmt: skip
+            total = ms[where.letter == "B"] * scale * ITERS * 1e6
+            values = {"n": n, "sum": total, "p50": 0, "p95": 0, "max": 0}
+            rows.append(SpanRecord(**asdict(where), name=name, kind="span", **window, **values))
+        values = {"n": ITERS, "sum": 3.5 * ITERS, "p50": 3, "p95": 4, "max": 4}
+        name = "worker.rows_per_step"
+        rows.append(SpanRecord(**asdict(where), name=name, kind="count", **window, **values))
     return rows
 
 
@@ -158,15 +182,20 @@ def report(tmp_path_factory):
     rows = write_run(root / "run", RATES, failed=2)
     results = root / "results"
     (results / "calibration").mkdir(parents=True)
-    (results / "calibration" / "latest.json").write_text(json.dumps(
-        {"latency": {"tokens_per_s_per_core": 1800.0}, "settings": {"shards": 1}, "unix_time": 0}))  # fmt: skip
+    calibration = {"latency": {"tokens_per_s_per_core": 1800.0}, "settings": {"shards": 1}}
+    (results / "calibration" / "latest.json").write_text(json.dumps(calibration | {"unix_time": 0}))
     (results / "power").mkdir()
-    (results / "power" / "qwen35.json").write_text(json.dumps({  # as harness/power.py writes
-        "scenario": "qwen35", "blocks": 5, "quoted_blocks": 5, "concurrency": 64,
+    power = {  # as harness/analysis/power.py writes it
+        "scenario": "qwen35",
+        "blocks": 5,
+        "quoted_blocks": 5,
+        "concurrency": 64,
         "false_positive_rate": {"output_tok_per_s": 0.04, "ttft_p50_ms": 0.05},
-        "min_detectable_slowdown": {"output_tok_per_s": 0.03}, "noise": {"output_tok_per_s": 0.012},
-    }))  # fmt: skip
-    path = write_report(root / "run", html=True, results=results)
+        "min_detectable_slowdown": {"output_tok_per_s": 0.03},
+        "noise": {"output_tok_per_s": 0.012},
+    }
+    (results / "power" / "qwen35.json").write_text(json.dumps(power))
+    path = report_run(root / "run", html=True, results=results)
     return path, path.read_text(), rows
 
 
@@ -208,8 +237,11 @@ def test_phase_and_message_tables(report):
             assert float(cells[column]) == pytest.approx(expected, rel=5e-3, abs=5e-4), name
     work = row(md, "postprocess work")
     for column, letter in ((1, "A"), (2, "B")):
-        parts = ("worker.postprocess_batch", "worker.step.completion_wait",
-                 "worker.postprocess.prematerialize")  # fmt: skip
+        parts = (
+            "worker.postprocess_batch",
+            "worker.step.completion_wait",
+            "worker.postprocess.prematerialize",
+        )
         batch, *waits = (pooled_ms_per_iter(spans, servers, n, letter) for n in parts)
         assert float(work[column]) == pytest.approx(batch - sum(waits), rel=5e-3)
     add = row(md, "`worker.msg.add_request`")
@@ -256,7 +288,7 @@ def test_html_embeds_every_image(report):
 
 def test_run_without_spans_skips_the_phase_plot(tmp_path):
     write_run(tmp_path / "run", RATES[:4], spans=False)
-    md = write_report(tmp_path / "run", results=tmp_path / "none").read_text()
+    md = report_run(tmp_path / "run", results=tmp_path / "none").read_text()
     assert "Not drawn: phase breakdown: no spans from either arm" in md
     assert "### Worker phases" not in md and not (tmp_path / "run/plots/phases.png").exists()
     assert (tmp_path / "run/plots/timeline.png").exists()
@@ -275,10 +307,11 @@ SINGLE = [{**ARMS[0], "letter": letter, "name": "nightly"} for letter in "AB"]
 
 
 def test_bench_compare_two_single_arm_runs(tmp_path):
-    last = write_run(tmp_path / "last", [1000.0, 1010.0, 990.0, 1005.0], letters="AA",
-                     arms=SINGLE, run_id="last-night")  # fmt: skip
-    today = write_run(tmp_path / "today", [900.0, 905.0, 890.0, 910.0], letters="AA",
-                      arms=SINGLE, run_id="today")  # fmt: skip
+    single = {"letters": "AA", "arms": SINGLE}
+    last = write_run(
+        tmp_path / "last", [1000.0, 1010.0, 990.0, 1005.0], **single, run_id="last-night"
+    )
+    today = write_run(tmp_path / "today", [900.0, 905.0, 890.0, 910.0], **single, run_id="today")
     out = tmp_path / "report"
     args = [
         "compare",
@@ -313,12 +346,24 @@ def test_bench_compare_refuses_another_schema(tmp_path):
     assert "has results schema 0" in " ".join(result.output.split())
 
 
-def test_a_comparison_in_hand_gives_the_same_report(tmp_path):
-    """`bench run --report` passes the comparison it printed; the report is the one
-    `bench report` writes from the directory."""
-    from harness.summarize import summarize
-
+def test_the_report_reads_the_summary_and_never_rewrites_it(tmp_path):
+    """A run is summarised once: the report lays out summary.json as it is (a label changed
+    there shows) and leaves the file as it found it."""
     write_run(tmp_path / "run", RATES[:4])
-    first = write_report(tmp_path / "run", results=tmp_path).read_text()
-    again = write_report(tmp_path / "run", comparison=summarize(tmp_path / "run"), results=tmp_path)
-    assert again.read_text() == first
+    summary = tmp_path / "run" / "summary.json"
+    data = json.loads(summary.read_text())
+    data["labels"]["B"] = "renamed in summary.json"
+    summary.write_text(json.dumps(data))
+    before = summary.read_bytes()
+    md = report_run(tmp_path / "run", results=tmp_path).read_text()
+    assert "B: renamed in summary.json" in md
+    assert summary.read_bytes() == before
+
+
+def test_a_run_never_summarised_is_summarised_once_by_its_report(tmp_path):
+    write_run(tmp_path / "run", RATES[:4])
+    summary = tmp_path / "run" / "summary.json"
+    expected = summary.read_text()
+    summary.unlink()
+    report_run(tmp_path / "run", results=tmp_path)
+    assert summary.read_text() == expected

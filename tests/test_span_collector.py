@@ -4,13 +4,17 @@ sleep, no window left behind, and a bounded wait for a worker that never says so
 from __future__ import annotations
 
 import time
+from dataclasses import fields
 
 import pytest
 import zmq
 
 from engine.spans import SpanWindowRecord
 from engine.worker.timing import SpanPublisher
-from harness.spans import SpanCollector
+from harness.analysis.schema import Slot, SpanRecord
+from harness.measure.spans import SpanCollector
+
+A0, B1 = Slot("main", "A", "A0", 0, 0), Slot("pr", "B", "B1", 0, 1)
 
 
 def window(server: str, first: int) -> list[SpanWindowRecord]:
@@ -48,18 +52,28 @@ def test_windows_are_taken_once_the_end_message_is_in(collector, publishers):
     b1.publish(window("B1", 1))
     a0.end()
     start = time.monotonic()
-    taken = collector.take("A0", "a", 0, 0, wait_s=10.0)
+    taken = collector.take(A0, wait_s=10.0)
     assert time.monotonic() - start < 2.0  # the end message, not the wait, ended it
-    assert [r.first_iter for r in taken] == [1, 11, 21] and {r.server for r in taken} == {"A0"}
-    assert collector.take("A0", "a", 0, 0) == []  # taken once
+    assert [r.first_iter for r in taken] == [1, 11, 21]
+    assert {(r.arm, r.letter, r.server, r.block, r.slot) for r in taken} == {
+        ("main", "A", "A0", 0, 0)
+    }
+    assert collector.take(A0) == []  # taken once
     b1.end()
-    assert [r.server for r in collector.take("B1", "b", 0, 1, wait_s=10.0)] == ["B1"]
+    assert [r.server for r in collector.take(B1, wait_s=10.0)] == ["B1"]
 
 
 def test_a_worker_that_never_ends_costs_the_wait_and_keeps_its_windows(collector, publishers):
     publishers("A0").publish(window("A0", 1))
     time.sleep(0.3)
     start = time.monotonic()
-    taken = collector.take("A0", "a", 0, 0, wait_s=0.5)
+    taken = collector.take(A0, wait_s=0.5)
     assert 0.5 <= time.monotonic() - start < 2.0
     assert len(taken) == 1
+
+
+def test_a_span_row_is_the_wire_record_with_its_slot():
+    """The stored row is declared apart from the wire record (the results schema has its own
+    version); this holds the two together."""
+    row = {f.name for f in fields(SpanRecord)}
+    assert row == {f.name for f in fields(Slot)} | set(SpanWindowRecord.__struct_fields__)

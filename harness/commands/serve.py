@@ -9,8 +9,8 @@ import sys
 import typer
 
 from engine import env
-from harness.errors import fail
-from harness.server import port_in_use
+from harness.measure.server import port_in_use
+from harness.show.console import fail
 
 
 def main(
