@@ -51,14 +51,16 @@ def run_session(path: Path):
 
 def figures(summary: dict) -> dict[str, float | None]:
     """The tracked costs from a run's summary (summary.json of `bench run`), arm A's values."""
+    from harness.analysis.phases import ALL_MESSAGES, POSTPROCESS_WORK
+
     by_name = {f["figure"]: f["a"] for f in summary["figures"]}
     phases = {p["name"]: p["a_ms"] for p in summary["phases"]}
     messages = {m["name"]: m["a_ms"] for m in summary["messages"]}
     tok_s = by_name.get("output_tok_per_s")
     return {
         "ms_per_1k_tokens": 1e6 / tok_s if tok_s else None,
-        "postprocess_ms_per_iter": phases.get("postprocess work"),
-        "message_ms_per_request": messages.get("worker.msg.*"),
+        "postprocess_ms_per_iter": phases.get(POSTPROCESS_WORK),
+        "message_ms_per_request": messages.get(ALL_MESSAGES),
         "ttft_p50_ms": by_name.get("ttft_p50_ms"),
     }
 

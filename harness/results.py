@@ -35,19 +35,22 @@ def new_run_id(scenario: str) -> str:
     return time.strftime("%Y%m%d-%H%M%S") + f"-{scenario}"
 
 
-def machine() -> dict:
-    import torch
-
-    info = {
+def host() -> dict:
+    """The machine a result was measured on, as every result records it."""
+    return {
         "host": platform.node(),
         "platform": platform.platform(),
         "python": platform.python_version(),
         "cpu": platform.processor() or platform.machine(),
         "cpus": os.cpu_count(),
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "gpu": None,
     }
+
+
+def machine() -> dict:
+    """The host and its torch build: what an engine run's figures depend on."""
+    import torch
+
+    info = {**host(), "torch": torch.__version__, "cuda": torch.version.cuda, "gpu": None}
     if torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name(0)
     return info

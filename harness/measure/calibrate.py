@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import math
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -31,6 +30,7 @@ from harness.measure.event_loop import run_loop
 from harness.measure.loadgen import LoadResult, run_closed_loop
 from harness.measure.request_sequence import build_requests
 from harness.measure.server import free_port
+from harness.results import host
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -199,14 +199,8 @@ class _pinned:
 
 
 def client_machine() -> dict:
-    """The client's side of the machine: what calibration figures depend on."""
+    """The host and the client's libraries and load: what calibration figures depend on."""
     import uvloop
 
-    return {
-        "cpus": os.cpu_count(),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "aiohttp": aiohttp.__version__,
-        "uvloop": uvloop.__version__,
-        "loadavg": os.getloadavg(),
-    }
+    versions = {"aiohttp": aiohttp.__version__, "uvloop": uvloop.__version__}
+    return {**host(), **versions, "loadavg": os.getloadavg()}

@@ -8,7 +8,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from harness.analysis.compare import Comparison
-from harness.analysis.phases import POSTPROCESS_WORK
+from harness.analysis.phases import ALL_MESSAGES, POSTPROCESS_WORK
 from harness.analysis.schema import LETTERS
 from harness.show.format import change_text, joined, number, verdict_text
 
@@ -47,7 +47,7 @@ def render(result: Comparison) -> Group:
             )
         parts.append(phases)
     if result.messages:
-        messages = table("ms per request (worker.msg.*)", "stage", a, b)
+        messages = table(f"ms per request ({ALL_MESSAGES})", "stage", a, b)
         for m in result.messages:
             messages.add_row(("  " if m.parent else "") + m.name, number(m.a_ms), number(m.b_ms))
         parts.append(messages)

@@ -68,7 +68,8 @@ def document(evidence: Evidence, drawn: Drawn, relative_to: Path) -> list[Block]
             *image("phases"),
         ]
     if c.messages:
-        blocks += [Heading("Message cost (ms per request, `worker.msg.*`)"), message_table(c, a, b)]
+        heading = Heading(f"Message cost (ms per request, `{phases.ALL_MESSAGES}`)")
+        blocks += [heading, message_table(c, a, b)]
     blocks += [Heading("Latency and load over time"), *image("latency"), *image("timeline")]
     if drawn.skipped:
         blocks.append(Text("Not drawn: " + "; ".join(drawn.skipped) + "."))
