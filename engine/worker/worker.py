@@ -67,6 +67,7 @@ class Worker:
         for walk in node.graph.walks:  # declared once, at startup
             self.runtime.declare_stop_policies(walk, node.get_stop_policies(walk))
         self.postprocess = PhasedPostprocess(self.runtime)
+        self._launch_ns = (0, 0, 0)  # the last launch's start, scheduled, launched (timing on)
 
     # --- messages ------------------------------------------------------------------------
     def handle(self, msg: object) -> None:
@@ -115,18 +116,18 @@ class Worker:
     # --- one iteration -------------------------------------------------------------------
     def iteration(self) -> bool:
         """Run one step if there is work; False when idle."""
-        timing = self.timer.enabled
-        t0 = now_ns() if timing else 0
         pending = self.launch()
         if pending is None:
             return False
-        t1 = now_ns() if timing else 0
         self.postprocess_batch(pending)
-        if timing:
-            t2 = now_ns()
+        if self.timer.enabled:  # the bookkeeping after the last timestamp, out of the spans
+            t3 = now_ns()
+            t0, t1, t2 = self._launch_ns
             rows = pending.rows
-            self.timer.span(POSTPROCESS_BATCH, t2 - t1)
-            self.timer.span(ITERATION, t2 - t0)
+            self.timer.span(SCHEDULE, t1 - t0)
+            self.timer.span(FORWARD, t2 - t1)
+            self.timer.span(POSTPROCESS_BATCH, t3 - t2)
+            self.timer.span(ITERATION, t3 - t0)
             self.timer.count(ROWS_PER_STEP, len(rows))
             self.timer.count(TOKENS_PER_STEP, sum(r.num_new for r in rows))
             self.timer.count(RUNNING_REQUESTS, len(self.engine.scheduler.running))
@@ -135,7 +136,8 @@ class Worker:
         return True
 
     def launch(self) -> PendingStep | None:
-        """Schedule the next step and launch it; None when there is nothing to run."""
+        """Schedule the next step and launch it; None when there is nothing to run. With
+        timing on, keeps its start, scheduled and launched times for the iteration's spans."""
         if not self.engine.scheduler.has_work():
             return None
         timing = self.timer.enabled
@@ -146,8 +148,7 @@ class Worker:
             return None
         pending = self.engine.launch(rows)
         if timing:
-            self.timer.span(SCHEDULE, t1 - t0)
-            self.timer.span(FORWARD, now_ns() - t1)
+            self._launch_ns = (t0, t1, now_ns())
         return pending
 
     def postprocess_batch(self, pending: PendingStep) -> None:
