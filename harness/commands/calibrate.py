@@ -10,7 +10,7 @@ from harness.errors import BenchError
 from harness.measure.calibrate import Settings, calibrate
 from harness.results import write_calibration
 from harness.show.calibration import render
-from harness.show.console import fail, results
+from harness.show.console import fail, output
 
 
 def main(
@@ -35,4 +35,4 @@ def main(
     if as_json:
         print(json.dumps(result, indent=2))
     else:
-        render(result, path, results())
+        render(result, path, output())

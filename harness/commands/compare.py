@@ -13,7 +13,7 @@ from harness.analysis.pairing import pair_runs, run_labels
 from harness.errors import BenchError
 from harness.results import RESULTS, load_run, report_context
 from harness.show.comparison import render
-from harness.show.console import fail, notes, results
+from harness.show.console import fail, notes, output
 from harness.show.report.evidence import gather
 from harness.show.report.write import write_report
 
@@ -38,7 +38,7 @@ def main(
     if as_json:
         print(json.dumps(result.to_json(), indent=2))
     else:
-        results().print(render(result))
+        output().print(render(result))
     if report is not None:
         context = report_context(RESULTS, manifest["scenario"].get("name", ""))
         path = write_report(gather(manifest, frames, result, *context), report, html=html)

@@ -8,7 +8,7 @@ import typer
 
 from harness.errors import BenchError
 from harness.measure.nightly import nightly
-from harness.show.console import fail, results
+from harness.show.console import fail, output
 from harness.show.nightly import render
 
 
@@ -27,7 +27,7 @@ def main(
     if as_json:
         print(json.dumps(result.to_json(), indent=2))
     else:
-        results().print(render(result))
+        output().print(render(result))
     if result.regressions:
         raise typer.Exit(1)
     if result.tip_failed:

@@ -10,7 +10,7 @@ from engine.config import ConfigError, load_scenario
 from harness.errors import BenchError
 from harness.measure.power import PowerPlan, measure
 from harness.results import RESULTS, new_run_id, write_power
-from harness.show.console import fail, notes, results
+from harness.show.console import fail, notes, output
 from harness.show.power import render
 from harness.show.progress import RunProgress
 
@@ -47,5 +47,5 @@ def main(
     if as_json:
         print(json.dumps(report.to_json(), indent=2))
     else:
-        results().print(render(report))
+        output().print(render(report))
         console.print(f"written to {path}; runs in {root}")

@@ -16,7 +16,7 @@ from harness.measure.request_sequence import build_requests
 from harness.measure.runner import RunPlan, run_schedule
 from harness.results import RESULTS, RunDir, new_run_id
 from harness.show.comparison import render
-from harness.show.console import fail, notes, results
+from harness.show.console import fail, notes, output
 from harness.show.progress import RunProgress
 
 
@@ -83,7 +83,7 @@ def main(
     if as_json:
         print(json.dumps(result.to_json(), indent=2))
     else:
-        results().print(render(result))
+        output().print(render(result))
         console.print(f"results: {rundir.path}")
     if not complete:
         console.print("[yellow]interrupted: the results above cover what was measured[/]")

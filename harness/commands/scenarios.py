@@ -7,7 +7,7 @@ import json
 import typer
 
 from engine.config import ConfigError, load_scenario, scenario_names
-from harness.show.console import fail, results
+from harness.show.console import fail, output
 from harness.show.scenarios import render
 
 
@@ -44,4 +44,4 @@ def main(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> N
     if as_json:
         print(json.dumps(rows, indent=2))
         return
-    results().print(render(rows))
+    output().print(render(rows))

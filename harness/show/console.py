@@ -22,5 +22,6 @@ def notes() -> Console:
     return Console(stderr=True, highlight=False)
 
 
-def results() -> Console:
+def output() -> Console:
+    """A command's result: stdout."""
     return Console()
