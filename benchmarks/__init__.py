@@ -2,8 +2,9 @@
 
 The code measured is BENCH_TREE's (`bench nightly` points it at a worktree of the commit it
 records, BENCH_COMMIT), or this repository's when it is unset. BENCH_TREE goes first on
-sys.path and this repository after it, so a commit older than a harness module still finds
-one.
+sys.path and this repository after it, so the `engine` and `harness` packages imported are the
+commit's; a commit whose packages lack a module the suite imports records a failed benchmark
+(docs/NIGHTLY.md).
 """
 
 from __future__ import annotations

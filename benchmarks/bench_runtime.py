@@ -73,35 +73,37 @@ class Postprocess:
         self.rt = rt
 
     def time_begin_resume(self, batch):
-        out = StepOutput(self.rids, self.rt.handles(self.rids), ["decode"] * batch, self.tokens,
-                         check_stop_buffers={"new_token": self.tokens})  # fmt: skip
+        out = StepOutput(
+            self.rids,
+            self.rt.handles(self.rids),
+            ["decode"] * batch,
+            self.tokens,
+            check_stop_buffers={"new_token": self.tokens},
+        )
         self.pp.begin(PostprocessRequest(out, True))
 
 
 def postprocess_ms_per_iteration(period: int, batch: int = 64, steps: int = 200) -> float:
     """The worker's whole postprocess (wait, host copy, runtime, send, removals) per decode
-    iteration at `batch` rows of the tiny model, timing flag at `period` (0: off)."""
+    iteration at `batch` rows of the tiny model, timing flag at `period` (0: off). The worker
+    is the one the worker process builds (`build_worker`); each step is launched and
+    postprocessed by the methods its own iteration calls."""
     from engine.config import load_scenario
     from engine.messages import AddRequest
-    from engine.models import build_model
-    from engine.models.nodes import build_node
-    from engine.worker.engine import Engine
+    from engine.worker.main import build_worker
     from engine.worker.timing import PhaseTimer
-    from engine.worker.worker import Worker
 
-    model = build_model("qwen35", "tiny", 0, "float32", "cpu")
-    worker = Worker(
-        Engine(model, load_scenario("qwen35", "tiny").engine), build_node("qwen35", model),
-        PhaseTimer(period, "bench", [lambda records: None]), lambda msg: None,
-    )  # fmt: skip
+    scenario = load_scenario("qwen35", "tiny")
+    timer = PhaseTimer(period, "bench", [lambda records: None])
+    worker = build_worker(scenario.model, scenario.engine, timer, lambda msg: None)
     for rid in range(batch):
         worker.handle(AddRequest(rid, [rid + 1] * 8, steps + 10, ignore_eos=True, temperature=0))
     worker.iteration()  # the prefill step
     total = 0.0
     for _ in range(steps):
-        pending = worker.engine.launch(worker.engine.scheduler.schedule())
+        pending = worker.launch()
         start = time.perf_counter()
-        worker._postprocess_batch(pending)
+        worker.postprocess_batch(pending)
         total += time.perf_counter() - start
     return total / steps * 1e3
 

@@ -1,9 +1,10 @@
 """One short engine session per commit, its figures tracked by asv; one scheduler step timed.
 
-`setup_cache` runs the session the way `bench run` runs a slot (harness.runner.execute: a
-fresh server with phase timing, a closed loop, the span collector), keeps it as a run
-directory (BENCH_ASV_SESSIONS/<commit>/, default results/asv/sessions/) and takes the figures
-from `summarize`, so they are the numbers `bench run` reports for that session.
+`setup_cache` runs the session the way `bench run` runs its schedule
+(harness.measure.runner.run_schedule: a fresh server with phase timing, a closed loop, the
+span collector, then the run summarised once), keeps it as a run directory
+(BENCH_ASV_SESSIONS/<commit>/, default results/asv/sessions/) and takes the figures from its
+summary, so they are the numbers `bench run` reports for that session.
 
 asv counts a larger value as worse and cannot be told otherwise (asv issue #1617), so every
 figure is tracked as a cost: throughput as ms per 1,000 output tokens.
@@ -24,43 +25,42 @@ def sessions_dir() -> Path:
     return Path(os.environ.get("BENCH_ASV_SESSIONS") or REPO / "results" / "asv" / "sessions")
 
 
-def run_session(path: Path) -> bool:
-    """The session: one server of this tree's engine, the closed loop at CONCURRENCY."""
+def run_session(path: Path):
+    """The session: one server of this tree's engine, the closed loop at CONCURRENCY; its
+    summary (a `Comparison`), or RuntimeError when it did not finish."""
     from engine.config import load_scenario
     from engine.models import vocab_size
-    from harness.arms import Arm
-    from harness.loadgen import build_requests
-    from harness.results import RunDir, machine
-    from harness.runner import RunPlan, execute
+    from harness.measure.arms import Arm
+    from harness.measure.request_sequence import build_requests
+    from harness.measure.runner import RunPlan, run_schedule
+    from harness.results import RunDir
 
     scenario = load_scenario(SCENARIO, SIZE)
     kind, spec = ("ref", COMMIT) if COMMIT else ("worktree", "worktree")
     arm = Arm("A", "session", kind, spec, COMMIT, tree=str(TREE))
-    count = WARMUP + REQUESTS
-    plan = RunPlan(scenario, {"A": arm}, ["A"], 1, CONCURRENCY,
-                   build_requests(scenario.load, vocab_size(scenario.model), count), WARMUP, PERIOD)  # fmt: skip
+    requests = build_requests(scenario.load, vocab_size(scenario.model), WARMUP + REQUESTS)
+    plan = RunPlan(scenario, {"A": arm}, ["A"], 1, CONCURRENCY, requests, WARMUP, PERIOD)
     rundir = RunDir(path)
-    rundir.write_manifest({
-        "run_id": f"asv-{path.name}", "command": "asv bench_session", "scenario": scenario.to_dict(),
-        "arms": [arm.manifest()], "aa_check": False, "schedule": ["A"], "concurrency": CONCURRENCY,
-        "requests": REQUESTS, "duration_s": None, "warmup": WARMUP, "period": PERIOD,
-        "machine": machine(), "complete": False,
-    })  # fmt: skip
-    complete = execute(plan, rundir, lambda status: None)
-    rundir.update_manifest(complete=complete)
-    return complete
+    manifest = plan.manifest(f"asv-{path.name}", "asv bench_session", REQUESTS, [arm.manifest()])
+    rundir.write_manifest(manifest)
+    complete, summary = run_schedule(plan, rundir, lambda status: None)
+    if not complete:
+        raise RuntimeError(f"the session did not finish; see {path}/logs")
+    return summary
 
 
 def figures(summary: dict) -> dict[str, float | None]:
     """The tracked costs from a run's summary (summary.json of `bench run`), arm A's values."""
+    from harness.analysis.phases import ALL_MESSAGES, POSTPROCESS_WORK
+
     by_name = {f["figure"]: f["a"] for f in summary["figures"]}
     phases = {p["name"]: p["a_ms"] for p in summary["phases"]}
     messages = {m["name"]: m["a_ms"] for m in summary["messages"]}
     tok_s = by_name.get("output_tok_per_s")
     return {
         "ms_per_1k_tokens": 1e6 / tok_s if tok_s else None,
-        "postprocess_ms_per_iter": phases.get("postprocess work"),
-        "message_ms_per_request": messages.get("worker.msg.*"),
+        "postprocess_ms_per_iter": phases.get(POSTPROCESS_WORK),
+        "message_ms_per_request": messages.get(ALL_MESSAGES),
         "ttft_p50_ms": by_name.get("ttft_p50_ms"),
     }
 
@@ -69,15 +69,10 @@ class Session:
     """The session's figures, as costs (larger is worse)."""
 
     def setup_cache(self) -> dict[str, float | None]:
-        from harness.summarize import summarize
-
-        path = sessions_dir() / (COMMIT or "worktree")
-        if not run_session(path):
-            raise RuntimeError(f"the session did not finish; see {path}/logs")
-        result = summarize(path)
-        if result.doubts:
-            print("doubts:", *result.doubts, sep="\n  ")
-        return figures(result.to_json())
+        summary = run_session(sessions_dir() / (COMMIT or "worktree"))
+        if summary.doubts:
+            print("doubts:", *summary.doubts, sep="\n  ")
+        return figures(summary.to_json())
 
     setup_cache.timeout = 600
 

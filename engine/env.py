@@ -32,9 +32,19 @@ SPAN_ADDR = EnvVar(
     "ZMQ address the worker PUBlishes span records on (e.g. tcp://127.0.0.1:5600).",
 )
 SPAN_FILE = EnvVar("BENCH_SPAN_FILE", "A JSONL file the worker appends span records to.")
-SERVER_ID = EnvVar("BENCH_SERVER_ID", "Label of this server in span records (default: its port).")
 
-ALL = (PHASE_TIMING, SPAN_ADDR, SPAN_FILE, SERVER_ID)
+
+def timing_environment(
+    period: int, span_addr: str | None = None, span_file: str | None = None
+) -> dict[str, str]:
+    """The variables that give a server's worker phase timing at `period` (0: off), publishing
+    to `span_addr` and/or appending to `span_file`: what the harness sets for each server."""
+    variables = {PHASE_TIMING.name: str(period)} if period else {}
+    if span_addr:
+        variables[SPAN_ADDR.name] = span_addr
+    if span_file:
+        variables[SPAN_FILE.name] = span_file
+    return variables
 
 
 def phase_timing_period() -> int:

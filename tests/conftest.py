@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from harness.server import ServerProcess
+from harness.measure.server import ServerProcess
 
 
 def pytest_collection_modifyitems(config, items):

@@ -8,8 +8,9 @@ import time
 
 import pytest
 
-from harness import nightly
-from harness.arms import git
+from harness.analysis.nightly import find_regressions, to_measure
+from harness.measure import nightly
+from harness.measure.arms import git
 
 MACHINE = "ci-quick"
 
@@ -55,7 +56,7 @@ def test_step_detection_flags_an_upward_step_only():
     flat = [10.0 + 0.05 * (i % 3) for i in range(20)]
     up = flat[:12] + [v * 1.3 for v in flat[12:]]
     down = flat[:12] + [v / 1.3 for v in flat[12:]]
-    found = nightly.find_regressions({"up": up, "down": down, "flat": flat}, commits, {})
+    found = find_regressions({"up": up, "down": down, "flat": flat}, commits, {})
     assert [(r.benchmark, r.before, r.after) for r in found] == [("up", commits[11], commits[12])]
     assert found[0].ratio == pytest.approx(1.3, rel=0.02)
 
@@ -63,12 +64,12 @@ def test_step_detection_flags_an_upward_step_only():
 def test_step_detection_skips_missing_values_and_honours_thresholds():
     commits = [f"{i:040x}" for i in range(10)]
     values = [1.0, None, 1.0, 1.0, 1.0, 1.04, 1.04, None, 1.04, 1.04]
-    assert nightly.find_regressions({"x": values}, commits, {".*": 0.05}) == []
-    (r,) = nightly.find_regressions({"x": values}, commits, {".*": 0.01})
+    assert find_regressions({"x": values}, commits, {".*": 0.05}) == []
+    (r,) = find_regressions({"x": values}, commits, {".*": 0.01})
     assert (r.before, r.after) == (commits[4], commits[5])
 
 
 def test_to_measure_takes_new_commits_or_the_range_since():
     commits = ["a", "b", "c", "d"]
-    assert nightly.to_measure(commits, {"a", "b"}, None) == ["c", "d"]
-    assert nightly.to_measure(commits, {"a", "b", "c", "d"}, ["d", "c"]) == ["c", "d"]
+    assert to_measure(commits, {"a", "b"}, None) == ["c", "d"]
+    assert to_measure(commits, {"a", "b", "c", "d"}, ["d", "c"]) == ["c", "d"]

@@ -12,10 +12,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness.compare import compare
+from harness.analysis.compare import compare
+from harness.analysis.stats import Rule
+from harness.measure.server import port_in_use
 from harness.results import load_run
-from harness.server import port_in_use
-from harness.stats import Rule
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent

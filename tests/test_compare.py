@@ -11,10 +11,11 @@ import pandas as pd
 import pytest
 from rich.console import Console
 
-from harness import phases
-from harness.compare import Comparison, compare, render
-from harness.records import RequestRecord, ServerRecord, SpanRecord
-from harness.stats import FASTER, NO_CHANGE, NOT_ENOUGH, SLOWER, WITHIN_BLOCK
+from harness.analysis import phases
+from harness.analysis.compare import Comparison, compare
+from harness.analysis.schema import RequestRecord, ServerRecord, Slot, SpanRecord
+from harness.analysis.stats import FASTER, NO_CHANGE, NOT_ENOUGH, SLOWER, WITHIN_BLOCK
+from harness.show.comparison import render
 
 STREAMS, TOKENS, RUN_S, WINDOW = 4, 20, 6.0, (1.0, 5.0)
 LABELS = {"A": "main 9c05c56", "B": "working tree"}
@@ -29,62 +30,38 @@ def run(
     rng = np.random.default_rng(seed)
     requests, spans, servers, truth = [], [], [], []
     for block in range(blocks):
-        for slot, letter in enumerate(order):
-            arm = arms[letter == "B"]
+        for number, letter in enumerate(order):
+            where = Slot(arms[letter == "B"], letter, f"{letter}{number}", block, number)
             rate = 1000.0 * (ratio if letter == "B" else 1.0) * math.exp(rng.normal(0, noise))
             truth.append(rate)
-            requests += _requests(arm, block, slot, itl=STREAMS / rate)
+            requests += _requests(where, itl=STREAMS / rate)
             work = 0.4 * (work_ratio if letter == "B" else 1.0) * math.exp(rng.normal(0, noise))
-            spans += _spans(arm, block, slot, work_ms=work)
+            spans += _spans(where, work_ms=work)
+            facts = {"port": 8000 + number, "log": f"{block}-{number}.log", "healthy": True}
+            window = {"steady_start_s": WINDOW[0], "steady_end_s": WINDOW[1]}
             servers.append(
-                ServerRecord(
-                    arm,
-                    block,
-                    slot,
-                    letter,
-                    8000 + slot,
-                    f"{block}-{slot}.log",
-                    0.0,
-                    0.0,
-                    healthy=True,
-                    requests=len(requests),
-                    steady_start_s=WINDOW[0],
-                    steady_end_s=WINDOW[1],
-                )  # fmt: skip
+                ServerRecord(**asdict(where), **facts, **window, t0_unix=0.0, start_unix=0.0)
             )
     frames = [pd.DataFrame([asdict(r) for r in rows]) for rows in (requests, spans, servers)]
     return *frames, truth
 
 
-def _requests(arm: str, block: int, slot: int, itl: float) -> list[RequestRecord]:
+def _requests(where: Slot, itl: float) -> list[RequestRecord]:
     out = []
     for stream in range(STREAMS):
         send, index = stream * itl / STREAMS, 0
         while send < RUN_S:
             times = [send + itl * (k + 1) for k in range(TOKENS)]
-            out.append(
-                RequestRecord(
-                    arm,
-                    block,
-                    slot,
-                    index * STREAMS + stream,
-                    index == 0,
-                    32,
-                    TOKENS,
-                    send,
-                    send,
-                    times[0],
-                    times[-1],
-                    TOKENS,
-                    times,
-                    200,
-                )  # fmt: skip
-            )
+            position = {"index": index * STREAMS + stream, "warmup": index == 0}
+            sent = {"prompt_tokens": 32, "max_tokens": TOKENS, "intended_send_s": send}
+            got = {"first_token_s": times[0], "end_s": times[-1], "output_tokens": TOKENS}
+            stream_facts = {"send_s": send, "token_times_s": times, "status": 200}
+            out.append(RequestRecord(**asdict(where), **position, **sent, **got, **stream_facts))
             send, index = times[-1], index + 1
     return out
 
 
-def _spans(arm: str, block: int, slot: int, work_ms: float) -> list[SpanRecord]:
+def _spans(where: Slot, work_ms: float) -> list[SpanRecord]:
     per_iter = {  # ms per iteration
         "worker.iter_total": 3.0,
         "worker.postprocess_batch": work_ms + 0.2 + 0.05,
@@ -96,27 +73,12 @@ def _spans(arm: str, block: int, slot: int, work_ms: float) -> list[SpanRecord]:
     rows = []
     for window in range(10):
         first = window * 100 + 1
+        iterations = {"first_iter": first, "last_iter": first + 99, "iterations": 100}
         for name, ms in per_iter.items():
             n = 10 if name.startswith("worker.msg") else 100
-            rows.append(
-                SpanRecord(
-                    arm,
-                    block,
-                    slot,
-                    "worker-0",
-                    name,
-                    "span",
-                    first,
-                    first + 99,
-                    100,
-                    30.0,
-                    n,
-                    ms * 100 * 1e6,
-                    0.0,
-                    0.0,
-                    0.0,
-                )  # fmt: skip
-            )
+            values = {"n": n, "sum": ms * 100 * 1e6, "p50": 0.0, "p95": 0.0, "max": 0.0}
+            kind = {"name": name, "kind": "span", "mean_batch": 30.0}
+            rows.append(SpanRecord(**asdict(where), **kind, **iterations, **values))
     return rows
 
 

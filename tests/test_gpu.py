@@ -10,10 +10,9 @@ import torch
 from engine.config import load_scenario
 from engine.messages import AddRequest, StepFrames
 from engine.models import build_model
-from engine.models.nodes import build_node
 from engine.worker.engine import Engine
+from engine.worker.main import build_worker
 from engine.worker.timing import PhaseTimer
-from engine.worker.worker import Worker
 
 pytestmark = pytest.mark.gpu
 
@@ -21,12 +20,11 @@ pytestmark = pytest.mark.gpu
 def greedy_on(
     device: str, dtype: str, preset: str, prompts: list[list[int]], n: int, kernels="auto"
 ):
-    config = load_scenario("qwen35", "tiny").engine
-    config = replace(config, device=device, dtype=dtype, kv_pages=1024, kernels=kernels)
-    model = build_model("qwen35", preset, 0, dtype, device)
+    scenario = load_scenario("qwen35", "tiny")
+    config = replace(scenario.engine, device=device, dtype=dtype, kv_pages=1024, kernels=kernels)
+    spec = replace(scenario.model, preset=preset)
     frames: list[StepFrames] = []
-    worker = Worker(Engine(model, config), build_node("qwen35", model), PhaseTimer(0, "g", []),
-                    frames.append)  # fmt: skip
+    worker = build_worker(spec, config, PhaseTimer(0, "g", []), frames.append)
     for rid, prompt in enumerate(prompts):
         worker.handle(AddRequest(rid, prompt, n, ignore_eos=True, temperature=0))
     while worker.iteration():
@@ -35,7 +33,7 @@ def greedy_on(
     for step in frames:
         for frame in step.frames:
             out[frame.rid].extend(frame.tokens)
-    return out, model
+    return out, worker.engine.model
 
 
 def test_tiny_engine_on_cuda_equals_the_cpu_reference():

@@ -13,8 +13,11 @@ import pytest
 from aiohttp import web
 
 from engine.config import LoadProfile
-from harness.loadgen import Labels, RequestSpec, build_requests, run_closed_loop, run_loop
-from harness.mock import MockConfig, MockServer
+from harness.analysis.schema import Slot
+from harness.measure.event_loop import run_loop
+from harness.measure.loadgen import run_closed_loop
+from harness.measure.mock.server import MockConfig, MockServer
+from harness.measure.request_sequence import RequestSpec, build_requests
 
 LOAD = LoadProfile(prompt_tokens=(4, 12), output_tokens=(6, 6), requests=0, warmup=0, seed=7)
 
@@ -58,9 +61,16 @@ def test_exactly_c_in_flight_and_raw_facts():
     async def main():
         async with MockServer(MockConfig(ttft_ms=ttft_ms, itl_ms=1.0)) as mock:
             progress = []
-            result = await run_closed_loop(mock.url, requests, concurrency, warmup,
-                                           Labels("B", 2, 3), progress.append,
-                                           progress_interval_s=0.01)  # fmt: skip
+            where = Slot("pr", "B", "B3", 2, 3)
+            result = await run_closed_loop(
+                mock.url,
+                requests,
+                concurrency,
+                warmup,
+                where,
+                progress.append,
+                progress_interval_s=0.01,
+            )
             return result, mock.stats, progress
 
     result, stats, progress = run_loop(main())
@@ -68,7 +78,9 @@ def test_exactly_c_in_flight_and_raw_facts():
     assert [r.index for r in records] == list(range(count))
     assert all(r.ok for r in records), [r.error for r in records if not r.ok]
     assert [r.warmup for r in records] == [True] * warmup + [False] * (count - warmup)
-    assert {(r.arm, r.block, r.slot) for r in records} == {("B", 2, 3)}
+    assert {(r.arm, r.letter, r.server, r.block, r.slot) for r in records} == {
+        ("pr", "B", "B3", 2, 3)
+    }
     # the server never saw more than C streams, and saw every request once
     assert stats.max_active == concurrency and stats.arrivals == count
     # the client held exactly C lanes busy through the steady window
@@ -106,7 +118,7 @@ def test_same_seed_same_requests_for_every_arm():
         async with _Server(handler) as url:
             for arm in ("A", "B"):
                 seen.append([])
-                await run_closed_loop(url, requests, 3, labels=Labels(arm))
+                await run_closed_loop(url, requests, 3, slot=Slot(arm, arm, f"{arm}0", 0, 0))
 
     run_loop(main())
     assert (
@@ -217,8 +229,9 @@ def test_send_for_s_stops_sending_then_drains(shards):
     async def main():
         async with MockServer(MockConfig(ttft_ms=1, itl_ms=5, output_tokens=20)) as mock:
             requests = [RequestSpec(i, [1], 20) for i in range(100_000)]
-            return await run_closed_loop(mock.url, requests, concurrency, send_for_s=send_for,
-                                         shards=shards)  # fmt: skip
+            return await run_closed_loop(
+                mock.url, requests, concurrency, send_for_s=send_for, shards=shards
+            )
 
     result = run_loop(main())
     assert not result.interrupted
@@ -231,11 +244,13 @@ def test_send_for_s_stops_sending_then_drains(shards):
 def test_openai_style_streams_from_other_servers():
     """vLLM/SGLang style: text only, CRLF, comments, odd chunking, usage in its own last event
     (and a usage count that disagrees with what was streamed: output_tokens trusts usage)."""
-    events = [b'{"choices":[{"index":0,"text":" a","finish_reason":null}]}',
-              b'{"choices":[{"index":0,"text":"","finish_reason":null}]}',  # no token
-              b'{"choices":[{"index":0,"text":" b", "token_ids": [5, 6]}]}',  # two tokens
-              b'{"choices":[{"index":0,"text":" c","finish_reason":"length"}],"usage":null}',
-              b'{"choices":[],"usage":{"prompt_tokens":2,"completion_tokens":5}}']  # fmt: skip
+    events = [
+        b'{"choices":[{"index":0,"text":" a","finish_reason":null}]}',
+        b'{"choices":[{"index":0,"text":"","finish_reason":null}]}',  # no token
+        b'{"choices":[{"index":0,"text":" b", "token_ids": [5, 6]}]}',  # two tokens
+        b'{"choices":[{"index":0,"text":" c","finish_reason":"length"}],"usage":null}',
+        b'{"choices":[],"usage":{"prompt_tokens":2,"completion_tokens":5}}',
+    ]
 
     async def handler(request: web.Request) -> web.StreamResponse:
         body = json.loads(await request.read())
@@ -297,12 +312,12 @@ def test_shards_keep_c_in_flight_in_total():
 
 
 def test_a_bug_in_a_lane_is_raised_not_recorded(monkeypatch):
-    from harness import loadgen
+    from harness.measure import sse
 
     def broken(self):
         raise RuntimeError("bug")
 
-    monkeypatch.setattr(loadgen._Stream, "finish", broken)
+    monkeypatch.setattr(sse.ResponseReader, "finish", broken)
 
     async def main():
         async with MockServer(MockConfig(ttft_ms=1, itl_ms=1, output_tokens=2)) as mock:

@@ -8,26 +8,24 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness import metrics
-from harness.records import RequestRecord, ServerRecord
+from harness.analysis import metrics
+from harness.analysis.schema import RequestRecord, ServerRecord
 
 
 def request(index: int, times: list[float], send: float = 0.0, **kw) -> RequestRecord:
     """A successful request whose tokens arrive at `times`; it ends with its last token."""
-    fields = dict(
-        arm="main", block=0, slot=0, index=index, warmup=False, prompt_tokens=8,
-        max_tokens=len(times), intended_send_s=send, send_s=send,
-        first_token_s=times[0] if times else None, end_s=times[-1] if times else None,
-        output_tokens=len(times), token_times_s=times, status=200,
-    )  # fmt: skip
+    where = {"arm": "main", "letter": "A", "server": "A0", "block": 0, "slot": 0}
+    sent = {"index": index, "warmup": False, "prompt_tokens": 8, "max_tokens": len(times)}
+    first, last = (times[0], times[-1]) if times else (None, None)
+    got = {"first_token_s": first, "end_s": last, "output_tokens": len(times), "status": 200}
+    fields = where | sent | got | {"intended_send_s": send, "send_s": send, "token_times_s": times}
     return RequestRecord(**(fields | kw))
 
 
 def server(slot: int = 0, start: float = 1.0, end: float = 3.0, **kw) -> ServerRecord:
-    fields = dict(
-        arm="main", block=0, slot=slot, letter="A", port=8000, log="s.log", t0_unix=0.0,
-        start_unix=0.0, healthy=True, steady_start_s=start, steady_end_s=end,
-    )  # fmt: skip
+    where = {"arm": "main", "letter": "A", "server": f"A{slot}", "block": 0, "slot": slot}
+    process = {"port": 8000, "log": "s.log", "t0_unix": 0.0, "start_unix": 0.0, "healthy": True}
+    fields = where | process | {"steady_start_s": start, "steady_end_s": end}
     return ServerRecord(**(fields | kw))
 
 
@@ -85,7 +83,7 @@ def test_distribution_quantiles_interpolate_linearly():
 
 
 def test_server_summary_one_row_per_server_in_schedule_order():
-    other = REQUESTS.iloc[:2].assign(slot=1)
+    other = REQUESTS.iloc[:2].assign(slot=1, letter="B", server="B1")  # server 1 is arm B's
     requests = pd.concat([REQUESTS, other], ignore_index=True)
     servers = frame([server(slot=1, letter="B"), server(slot=0), server(slot=2, healthy=False)])
     summary = metrics.server_summary(requests, servers, tokens_per_audio_s=2.0)
@@ -100,7 +98,9 @@ def test_server_summary_one_row_per_server_in_schedule_order():
 
 
 def test_arm_summary_pools_requests_and_averages_server_rates():
-    slow = frame([request(i, [1.0 + i, 1.5 + i], send=0.5 + i, slot=1) for i in range(3)])
+    slow = frame(
+        [request(i, [1.0 + i, 1.5 + i], send=0.5 + i, slot=1, server="A1") for i in range(3)]
+    )
     requests = pd.concat([REQUESTS, slow], ignore_index=True)
     servers = frame([server(slot=0), server(slot=1, start=1.0, end=4.0)])
     per_server = metrics.server_summary(requests, servers)

@@ -13,8 +13,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from harness.loadgen import run_loop
-from harness.mock import MockConfig, MockServer
+from harness.measure.event_loop import run_loop
+from harness.measure.mock.server import MockConfig, MockServer
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -152,7 +152,7 @@ def test_bench_mock_command_serves_and_stops():
 @pytest.mark.slow
 def test_calibrate_small_run():
     """`bench calibrate` end to end at a small size: it runs, and its figures are well formed."""
-    from harness.calibrate import Settings, calibrate
+    from harness.measure.calibrate import Settings, calibrate
 
     result = calibrate(
         Settings(concurrency=8, output_tokens=16, itl_ms=2, ttft_ms=5, duration_s=0.5)

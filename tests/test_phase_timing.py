@@ -4,15 +4,12 @@ match the iterations run; with it off nothing is emitted (INVARIANTS 8)."""
 from __future__ import annotations
 
 import msgspec
-import pytest
 
 from engine.config import load_scenario
 from engine.messages import AddRequest, StepFrames
-from engine.models import build_model
-from engine.models.nodes import build_node
-from engine.worker.engine import Engine
-from engine.worker.timing import PhaseTimer, SpanWindowRecord
-from engine.worker.worker import Worker
+from engine.spans import SpanWindowRecord
+from engine.worker.main import build_worker
+from engine.worker.timing import PhaseTimer
 
 SCHEMA = {
     "server": str, "name": str, "kind": str, "first_iter": int, "last_iter": int,
@@ -21,17 +18,12 @@ SCHEMA = {
 }  # fmt: skip
 
 
-@pytest.fixture(scope="module")
-def model():
-    return build_model("qwen35", "tiny", 0, "float32", "cpu")
-
-
-def run_worker(model, period: int, requests: int = 6, max_tokens: int = 9):
-    config = load_scenario("qwen35", "tiny").engine
+def run_worker(period: int, requests: int = 6, max_tokens: int = 9):
+    scenario = load_scenario("qwen35", "tiny")
     emitted: list[list[SpanWindowRecord]] = []
     frames: list[StepFrames] = []
     timer = PhaseTimer(period, "t", [emitted.append])
-    worker = Worker(Engine(model, config), build_node("qwen35", model), timer, frames.append)
+    worker = build_worker(scenario.model, scenario.engine, timer, frames.append)
     for rid in range(requests):
         worker.handle(
             AddRequest(rid, [rid + 1] * (3 + rid), max_tokens, ignore_eos=True, temperature=0)
@@ -43,8 +35,8 @@ def run_worker(model, period: int, requests: int = 6, max_tokens: int = 9):
     return emitted, frames, iterations
 
 
-def test_records_have_the_schema_and_count_the_iterations(model):
-    emitted, frames, iterations = run_worker(model, period=4)
+def test_records_have_the_schema_and_count_the_iterations():
+    emitted, frames, iterations = run_worker(period=4)
     records = [r for window in emitted for r in window]
     assert records
     for record in records:
@@ -81,9 +73,9 @@ def test_records_have_the_schema_and_count_the_iterations(model):
     } <= names
 
 
-def test_timing_off_emits_nothing_and_outputs_do_not_change(model):
-    emitted_off, frames_off, iters_off = run_worker(model, period=0)
-    emitted_on, frames_on, iters_on = run_worker(model, period=3)
+def test_timing_off_emits_nothing_and_outputs_do_not_change():
+    emitted_off, frames_off, iters_off = run_worker(period=0)
+    emitted_on, frames_on, iters_on = run_worker(period=3)
     assert emitted_off == []
     assert iters_off == iters_on
     tokens = lambda frames: [(f.rid, f.tokens, f.finish_reason) for s in frames for f in s.frames]  # noqa: E731

@@ -7,19 +7,18 @@ from dataclasses import asdict
 import pandas as pd
 import pytest
 
-from harness import phases
-from harness.records import SpanRecord
+from harness.analysis import phases
+from harness.analysis.schema import SpanRecord
 
 MS = 1e6  # ns per ms
 
 
 def span(name: str, ms: float, n: int, window: tuple[int, int], slot: int = 0, **kw) -> SpanRecord:
     first, last = window
-    fields = dict(
-        arm="A", block=0, slot=slot, server=f"worker-{slot}", name=name, kind="span",
-        first_iter=first, last_iter=last, iterations=last - first + 1, mean_batch=32.0, n=n,
-        sum=ms * MS, p50=0.0, p95=0.0, max=0.0,
-    )  # fmt: skip
+    where = {"arm": "main", "letter": "A", "server": f"A{slot}", "block": 0, "slot": slot}
+    iterations = {"first_iter": first, "last_iter": last, "iterations": last - first + 1}
+    values = {"n": n, "sum": ms * MS, "p50": 0.0, "p95": 0.0, "max": 0.0}
+    fields = where | iterations | values | {"name": name, "kind": "span", "mean_batch": 32.0}
     return SpanRecord(**(fields | kw))
 
 
@@ -64,7 +63,7 @@ def by_name(table: pd.DataFrame, value: str, **keys) -> dict[str, float]:
 
 def test_iterations_count_each_window_once():
     assert phases.iterations(SPANS).tolist() == [200, 300]
-    assert phases.iterations(SPANS, phases.ARM).tolist() == [500]
+    assert phases.iterations(SPANS, phases.BY_ARM).tolist() == [500]
 
 
 def test_ms_per_iteration_per_server():
@@ -88,7 +87,7 @@ def test_postprocess_work_subtracts_the_waits():
 
 
 def test_arm_pooled_is_sum_over_sum_not_mean_of_servers():
-    pooled = by_name(phases.phase_table(SPANS, phases.ARM), "ms_per_iter")
+    pooled = by_name(phases.phase_table(SPANS, phases.BY_ARM), "ms_per_iter")
     assert pooled[phases.POSTPROCESS_WORK] == pytest.approx((110 + 105) / 500)
     assert pooled["worker.iter_total"] == pytest.approx(1220 / 500)
 
@@ -100,7 +99,7 @@ def test_message_cost_per_request_with_stage_laps():
     assert costs["worker.msg.remove_request"] == pytest.approx(16 / 40)
     # the total adds the messages, not their laps (which are inside them)
     assert costs[phases.ALL_MESSAGES] == pytest.approx((30 + 16 + 2) / 40)
-    pooled = by_name(phases.message_costs(SPANS, phases.ARM), "ms_per_request")
+    pooled = by_name(phases.message_costs(SPANS, phases.BY_ARM), "ms_per_request")
     assert pooled["worker.msg.add_request"] == pytest.approx(80 / 100)
 
 

@@ -11,8 +11,10 @@ import pandas as pd
 import pytest
 
 from engine.config import load_scenario
-from harness import power
-from harness.stats import SLOWER, paired_change
+from harness.analysis import power, power_stats
+from harness.analysis.stats import SLOWER, paired_change
+from harness.measure.power import PowerPlan, measure
+from harness.results import write_power
 
 SIGMA = 0.05  # spread of the per-block log ratio in the synthetic runs
 
@@ -20,43 +22,43 @@ SIGMA = 0.05  # spread of the per-block log ratio in the synthetic runs
 def null_draws(blocks: int, draws: int = 4000, seed: int = 7) -> np.ndarray:
     rng = np.random.default_rng(seed)
     pool = rng.normal(0.0, SIGMA, 400)
-    return power.resample(pool, blocks, draws, rng)
+    return power_stats.resample(pool, blocks, draws, rng)
 
 
 @pytest.mark.parametrize("blocks", [3, 5, 10])
 @pytest.mark.parametrize("higher_is_better", [True, False])
 def test_aa_false_positive_rate_is_near_nominal(blocks, higher_is_better):
-    rate = power.false_positive_rate(null_draws(blocks), higher_is_better)
+    rate = power_stats.false_positive_rate(null_draws(blocks), higher_is_better)
     assert 0.02 <= rate <= 0.08  # nominal 5% (a little less: CIs within +-1% say "no change")
 
 
 @pytest.mark.parametrize("higher_is_better", [True, False])
 def test_large_planted_slowdown_is_found(higher_is_better):
     draws = null_draws(5)
-    assert power.detection_rate(draws, 0.5, higher_is_better) > 0.99
-    assert power.detection_rate(draws, 0.0, higher_is_better) < 0.05
+    assert power_stats.detection_rate(draws, 0.5, higher_is_better) > 0.99
+    assert power_stats.detection_rate(draws, 0.0, higher_is_better) < 0.05
 
 
 def test_min_detectable_slowdown_matches_theory_and_shrinks_with_blocks():
-    found = {n: power.min_detectable_slowdown(null_draws(n), True) for n in (3, 5, 10, 20)}
+    found = {n: power_stats.min_detectable_slowdown(null_draws(n), True) for n in (3, 5, 10, 20)}
     # normal theory for 80% power at 95%: (t_.975 + t_.80) * sigma / sqrt(n), in log units
     theory_5 = math.expm1((2.776 + 0.941) * SIGMA / math.sqrt(5))
     assert 0.7 * theory_5 <= found[5] <= 1.3 * theory_5
     assert found[3] > found[5] > found[10] > found[20]
-    assert power.detection_rate(null_draws(5), found[5], True) >= power.POWER
+    assert power_stats.detection_rate(null_draws(5), found[5], True) >= power_stats.POWER
 
 
 def test_small_pool_uses_normal_noise_of_its_spread():
     """Two A/A blocks cannot be resampled (identical blocks half the time): the draws are
     normal with their root mean square, and the false-positive rate stays near nominal."""
-    draws = power.resample(np.array([0.04, -0.06]), 5, 4000, np.random.default_rng(3))
+    draws = power_stats.resample(np.array([0.04, -0.06]), 5, 4000, np.random.default_rng(3))
     assert draws.std() == pytest.approx(math.sqrt((0.04**2 + 0.06**2) / 2), rel=0.05)
-    assert 0.02 <= power.false_positive_rate(draws, True) <= 0.08
+    assert 0.02 <= power_stats.false_positive_rate(draws, True) <= 0.08
 
 
 def test_undetectable_when_the_noise_swamps_everything():
-    huge = power.resample(np.array([-5.0, 5.0]), 2, 500, np.random.default_rng(0))
-    assert power.min_detectable_slowdown(huge, True) is None
+    huge = power_stats.resample(np.array([-5.0, 5.0]), 2, 500, np.random.default_rng(0))
+    assert power_stats.min_detectable_slowdown(huge, True) is None
 
 
 @pytest.mark.parametrize("higher_is_better", [True, False])
@@ -64,13 +66,13 @@ def test_verdicts_are_paired_changes_verdicts(higher_is_better):
     """The vectorised interval is stats.paired_change's, block for block."""
     draws = null_draws(4, draws=40) * 3  # wide enough to mix the verdicts
     slowdown = 0.08
-    found = power.verdicts(draws, slowdown, higher_is_better)
+    found = power_stats.verdicts(draws, slowdown, higher_is_better)
     shift = math.log1p(slowdown) * (-1 if higher_is_better else 1)
     for row, verdict in zip(draws, found, strict=True):
         frame = pd.DataFrame(
-            [{"arm": "A", "block": k, "value": 100.0} for k in range(len(row))]
+            [{"letter": "A", "block": k, "value": 100.0} for k in range(len(row))]
             + [
-                {"arm": "B", "block": k, "value": 100.0 * math.exp(r + shift)}
+                {"letter": "B", "block": k, "value": 100.0 * math.exp(r + shift)}
                 for k, r in enumerate(row)
             ]
         )
@@ -79,7 +81,9 @@ def test_verdicts_are_paired_changes_verdicts(higher_is_better):
 
 
 def test_null_pool_centres_planted_runs():
-    pool = power.null_pool(np.array([0.01, -0.02]), [np.array([0.5, 0.6, 0.7]), np.array([1.0])])
+    pool = power_stats.null_pool(
+        np.array([0.01, -0.02]), [np.array([0.5, 0.6, 0.7]), np.array([1.0])]
+    )
     assert len(pool) == 5  # a planted run of one block has no residual
     residuals = pool[2:]
     assert residuals.mean() == pytest.approx(0.0)
@@ -87,8 +91,8 @@ def test_null_pool_centres_planted_runs():
 
 
 def test_cv_and_expected_ratios():
-    assert power.cv([9.0, 11.0]) == pytest.approx(math.sqrt(2) / 10)
-    assert power.cv([5.0]) is None
+    assert power_stats.cv([9.0, 11.0]) == pytest.approx(math.sqrt(2) / 10)
+    assert power_stats.cv([5.0]) is None
     expected = power.expected_ratios(delay_ms=5.0, iteration_ms=20.0, work_ms=1.0)
     assert expected["output_tok_per_s"] == pytest.approx(0.8)
     assert expected["postprocess work"] == pytest.approx(6.0)
@@ -99,14 +103,12 @@ def test_tiny_power_run_end_to_end(tmp_path):
     """One A/A block and one planted block (0.2 of an iteration), a few requests per server:
     the planted postprocess delay is found and the report is written. About a minute on an
     idle 2-core machine; much longer while other engines share the cores."""
-    plan = power.PowerPlan(
-        load_scenario("qwen35", "tiny"), concurrency=2, blocks=1, requests=6, warmup=1,
-        levels=(0.2,), ref="HEAD", draws=200,
-    )  # fmt: skip
-    report = power.measure(plan, tmp_path / "run", lambda status: None)
-    data = json.loads(power.write(report, tmp_path).read_text())
-    assert {"scenario", "size", "machine", "blocks", "false_positive_rate", "created",
-            "min_detectable_slowdown", "noise", "levels"} <= set(data)  # fmt: skip
+    load = {"concurrency": 2, "blocks": 1, "requests": 6, "warmup": 1}
+    plan = PowerPlan(load_scenario("qwen35", "tiny"), **load, levels=(0.2,), draws=200)
+    report = measure(plan, tmp_path / "run", lambda status: None)
+    data = json.loads(write_power(report.to_json(), tmp_path).read_text())
+    keys = "scenario size machine blocks false_positive_rate created min_detectable_slowdown"
+    assert {*keys.split(), "noise", "levels"} <= set(data)
     assert data["size"] == "tiny" and data["blocks"] == 1
     assert report.iteration_ms and report.iteration_ms > 0
     (level,) = report.levels
@@ -117,13 +119,12 @@ def test_tiny_power_run_end_to_end(tmp_path):
 
 def test_a_planted_slowdown_missed_is_a_doubt_only_when_it_should_have_been_seen():
     def report(expected_ratio: float) -> power.PowerReport:
-        figure = power.FigurePower("output_tok_per_s", True, 0.05, 0.04, "no change",
-                                   {3: 0.05}, {3: 0.2})  # fmt: skip
+        tok = "output_tok_per_s"
+        figure = power.FigurePower(tok, True, 0.05, 0.04, "no change", {3: 0.05}, {3: 0.2})
         change = {"ratio": 0.9, "low": 0.7, "high": 1.1, "verdict": "not enough data"}
-        level = power.LevelResult(0.1, 500, "-", {"output_tok_per_s": expected_ratio},
-                                  {"output_tok_per_s": change})  # fmt: skip
-        return power.PowerReport("qwen35", "tiny", {}, 3, 4, 16, 5.0, 0.2, [figure], [level],
-                                 "-", pool_size=12)  # fmt: skip
+        level = power.LevelResult(0.1, 500, "-", {tok: expected_ratio}, {tok: change})
+        run = ("qwen35", "tiny", {}, 3, 4, 16, 5.0, 0.2)
+        return power.PowerReport(*run, [figure], [level], "-", pool_size=12)
 
     assert power.doubts(report(0.9)) == []  # +11% planted, +20% needed: not expected to be seen
     (doubt,) = power.doubts(report(0.5))  # +100% planted: it should have been

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from engine.models import build_model
-from harness.server import free_port, port_in_use
+from harness.measure.server import free_port, port_in_use
 
 pytestmark = pytest.mark.slow
 
@@ -194,7 +194,7 @@ def test_forced_eos_ends_with_stop(reference_model):
     prompt = [11, 12, 13, 14]
     expect = greedy_reference(reference_model, prompt, 8)
     eos = expect[3]
-    from harness.server import ServerProcess
+    from harness.measure.server import ServerProcess
 
     with ServerProcess("qwen35", size="tiny", overrides=f"model.eos_token_ids=[{eos}]") as server:
         from tests.conftest import Api

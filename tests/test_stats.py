@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.stats import (
+from harness.analysis.stats import (
     BLOCKS,
     FASTER,
     NO_CHANGE,
@@ -36,10 +36,10 @@ def servers(
     rows = []
     for block in range(blocks):
         drift = rng.normal(0.0, 0.05)
-        for slot, arm in enumerate(order):
-            level = base * (ratio if arm == "B" else 1.0) * math.exp(drift)
+        for slot, letter in enumerate(order):
+            level = base * (ratio if letter == "B" else 1.0) * math.exp(drift)
             value = level * math.exp(rng.normal(0.0, noise))
-            rows.append({"arm": arm, "block": block, "slot": slot, "value": value})
+            rows.append({"letter": letter, "block": block, "slot": slot, "value": value})
     return pd.DataFrame(rows)
 
 
@@ -54,7 +54,7 @@ def test_t_quantile_matches_published_tables(level, df, expected):
 
 def test_block_log_ratio_is_mean_b_over_mean_a_per_block():
     values = pd.DataFrame(
-        {"arm": list("ABBA"), "block": 0, "slot": range(4), "value": [100.0, 90, 110, 100]}
+        {"letter": list("ABBA"), "block": 0, "slot": range(4), "value": [100.0, 90, 110, 100]}
     )
     ratios = block_log_ratios(values, "A", "B")
     assert ratios.tolist() == pytest.approx([math.log(100 / 100)])
@@ -127,7 +127,7 @@ def test_zero_variance():
     same["value"] = 100.0
     change = paired_change(same, "A", "B", higher_is_better=True)
     assert (change.ratio, change.low, change.high, change.verdict) == (1.0, 1.0, 1.0, NO_CHANGE)
-    same.loc[same["arm"] == "B", "value"] = 90.0
+    same.loc[same["letter"] == "B", "value"] = 90.0
     change = paired_change(same, "A", "B", higher_is_better=True)
     assert change.low == pytest.approx(0.9) and change.high == pytest.approx(0.9)
     assert change.verdict == SLOWER
@@ -135,14 +135,14 @@ def test_zero_variance():
 
 def test_a_block_missing_an_arm_or_a_value_is_dropped():
     values = servers(4, 0.90, 0.01, seed=1)
-    values = values[~((values["block"] == 2) & (values["arm"] == "B"))]
+    values = values[~((values["block"] == 2) & (values["letter"] == "B"))]
     values.loc[values.index[0], "value"] = float("nan")  # one server of block 0 failed
     change = paired_change(values, "A", "B", higher_is_better=True)
     assert change.blocks == 3 and change.verdict == SLOWER
 
 
 def test_no_values_is_not_enough_data():
-    empty = pd.DataFrame({"arm": [], "block": [], "slot": [], "value": []})
+    empty = pd.DataFrame({"letter": [], "block": [], "slot": [], "value": []})
     assert paired_change(empty, "A", "B", True).verdict == NOT_ENOUGH
 
 
@@ -186,7 +186,7 @@ def test_decide(low, high, higher_is_better, expected):
 def test_swapping_arms_inverts_the_ratio_and_scale_does_not_matter(seed, ratio, scale):
     values = servers(3, ratio, 0.02, seed)
     change = paired_change(values, "A", "B", True)
-    swapped = values.assign(arm=values["arm"].map({"A": "B", "B": "A"}))
+    swapped = values.assign(letter=values["letter"].map({"A": "B", "B": "A"}))
     back = paired_change(swapped, "A", "B", True)
     scaled = paired_change(values.assign(value=values["value"] * scale), "A", "B", True)
     assert back.ratio == pytest.approx(1 / change.ratio)

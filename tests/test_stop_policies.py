@@ -8,7 +8,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.models.nodes import NODES
+from engine.models import ARCHITECTURES
 from engine.models.qwen35_node import DECODE_LOOP, Qwen35Node
 from engine.runtime.graph import GraphSpec, StopRows
 from engine.runtime.runtime import GraphRuntime
@@ -70,8 +70,8 @@ def test_declared_policy_equals_check_stop(batch, kind):
 
 
 def test_every_registered_model_declares_a_checkable_policy():
-    for arch, cls in NODES.items():
-        node = cls(EOS)
+    for arch, entry in ARCHITECTURES.items():
+        node = entry.node(EOS)
         declared = [w for w in node.graph.walks if node.get_stop_policies(w)]
         assert declared, f"{arch} declares no stop policy"
 

@@ -1,17 +1,46 @@
-"""Model registry: architecture name -> model class, and one way to build a model.
+"""Model registry: architecture name -> its network, its graph node and its presets, and one
+way to build each.
 
-A model class provides `from_preset(preset, seed, dtype, device)` (seeded random weights) and
-`from_pretrained(path, dtype, device)` (a Hugging Face-format directory).
+A network class provides `from_preset(preset, seed, dtype, device)` (seeded random weights)
+and `from_pretrained(path, dtype, device)` (a Hugging Face-format directory); a node class
+is built around the model's EOS ids (engine/runtime/graph.py, NodeSubmodule).
 """
 
 from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
 
 from engine.models.qwen35 import Qwen35ForCausalLM
+from engine.models.qwen35_config import PRESETS as QWEN35_PRESETS
+from engine.models.qwen35_node import Qwen35Node
+from engine.runtime.graph import NodeSubmodule
 
-MODELS: dict[str, type[nn.Module]] = {"qwen35": Qwen35ForCausalLM}
+
+@dataclass(frozen=True)
+class Architecture:
+    network: type[nn.Module]
+    node: type[NodeSubmodule]
+    presets: Mapping[str, Any]  # preset name -> config (with a vocab_size)
+
+
+ARCHITECTURES: dict[str, Architecture] = {
+    "qwen35": Architecture(Qwen35ForCausalLM, Qwen35Node, QWEN35_PRESETS),
+}
+
+
+def architecture(arch: str) -> Architecture:
+    if arch not in ARCHITECTURES:
+        raise ValueError(
+            f"unknown architecture {arch!r}; known: {', '.join(sorted(ARCHITECTURES))}"
+        )
+    return ARCHITECTURES[arch]
 
 
 def build_model(
@@ -24,26 +53,27 @@ def build_model(
 ) -> nn.Module:
     """The model of a scenario: random weights of `preset` from `seed`, or `path`'s checkpoint
     (then preset and seed are not used). dtype may be a name such as "bfloat16"."""
-    if arch not in MODELS:
-        raise ValueError(f"unknown architecture {arch!r}; known: {', '.join(sorted(MODELS))}")
+    network = architecture(arch).network
     if isinstance(dtype, str):
         if not isinstance(getattr(torch, dtype, None), torch.dtype):
             raise ValueError(f"unknown dtype {dtype!r}; use e.g. float32 or bfloat16")
         dtype = getattr(torch, dtype)
-    model_cls = MODELS[arch]
     if path is not None:
-        return model_cls.from_pretrained(path, dtype, device)
-    return model_cls.from_preset(preset, seed, dtype, device)
+        return network.from_pretrained(path, dtype, device)
+    return network.from_preset(preset, seed, dtype, device)
+
+
+def build_node(
+    arch: str, model: nn.Module, eos_token_ids: list[int] | None = None
+) -> NodeSubmodule:
+    """The node of `model`; `eos_token_ids` replaces the model's own EOS ids when given."""
+    eos = eos_token_ids if eos_token_ids is not None else model.eos_token_ids
+    return architecture(arch).node(list(eos))
 
 
 def vocab_size(spec) -> int:
     """The vocabulary of a scenario's model (a ModelSpec) without building it."""
     if spec.path is not None:
-        import json
-        from pathlib import Path
-
         raw = json.loads((Path(spec.path) / "config.json").read_text())
         return int(raw.get("text_config", raw)["vocab_size"])
-    from engine.models.qwen35 import PRESETS
-
-    return PRESETS[spec.preset].vocab_size
+    return architecture(spec.arch).presets[spec.preset].vocab_size

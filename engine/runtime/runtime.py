@@ -68,9 +68,6 @@ class GraphRuntime:
         if policies:
             self._policies[walk] = next(iter(policies.items()))  # one loop per walk
 
-    def policy_for(self, walk: str) -> tuple[str, StopPolicy] | None:
-        return self._policies.get(walk)
-
     def token_column(self, walk: str | None, buffers: dict[str, np.ndarray]) -> np.ndarray | None:
         """The stop buffer a step's declared policy reads; None when the runtime cannot check
         the step (it mixes walks, its walk declares no policy, or the buffer is missing)."""

@@ -1,8 +1,9 @@
-"""The worker process: builds the model and engine, then runs the loop over ZMQ.
+"""The worker process: builds the worker (`build_worker`), then runs its loop over ZMQ.
 
-Started by the API server as `python -m engine.worker.main --scenario-json ... --ipc-dir ...`
-(a fresh interpreter: nothing is pickled across the boundary). It exits on a Shutdown
-message, on SIGTERM, or when its parent dies.
+Started by the API server as `python -m engine.worker.main --spec JSON --ipc-dir DIR
+--server-id ID` (a fresh interpreter: nothing is pickled across the boundary). It exits on a
+Shutdown message, on SIGTERM, or when its parent dies; its last span window goes out first,
+then the end-of-spans message (engine/spans.py).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Callable
 
 import msgspec
 import torch
@@ -23,10 +25,9 @@ from engine import env
 from engine.config import ConfigError, EngineConfig, ModelSpec
 from engine.env import EnvError
 from engine.messages import Ready, Shutdown, decode_to_worker, encode
-from engine.models import build_model
-from engine.models.nodes import build_node
+from engine.models import build_model, build_node
 from engine.worker.engine import Engine
-from engine.worker.timing import PhaseTimer, jsonl_sink, zmq_sink
+from engine.worker.timing import PhaseTimer, SpanPublisher, jsonl_sink
 from engine.worker.worker import Worker
 
 log = logging.getLogger("engine.worker")
@@ -41,22 +42,14 @@ def _die_with_parent() -> None:
         pass
 
 
-def _sinks(ctx: zmq.Context) -> list:
-    sinks = []
-    if addr := env.SPAN_ADDR.raw():
-        pub = ctx.socket(zmq.PUB)
-        pub.setsockopt(zmq.LINGER, 2000)  # the last window still goes out at shutdown
-        pub.connect(addr)
-        sinks.append(zmq_sink(pub))
-    if path := env.SPAN_FILE.raw():
-        sinks.append(jsonl_sink(path))
-    return sinks
-
-
-def run(model_spec: ModelSpec, config: EngineConfig, ipc_dir: str, server: str, size: str) -> None:
-    period = env.phase_timing_period()
-    if config.device == "cpu":
-        torch.set_num_threads(max(1, config.cpu_threads))
+def build_worker(
+    model_spec: ModelSpec,
+    config: EngineConfig,
+    timer: PhaseTimer,
+    send: Callable[[msgspec.Struct], None],
+) -> Worker:
+    """A worker over the scenario's model and engine settings, as this process runs it; the
+    benchmarks build theirs here too, so they measure the production assembly."""
     model = build_model(
         model_spec.arch,
         model_spec.preset,
@@ -65,51 +58,70 @@ def run(model_spec: ModelSpec, config: EngineConfig, ipc_dir: str, server: str, 
         config.device,
         path=model_spec.path,
     )
-    node = build_node(model_spec.arch, model, model_spec.eos_token_ids)
-    engine = Engine(model, config)
-
-    ctx = zmq.Context()
-    inbox = ctx.socket(zmq.PULL)
-    inbox.bind(f"ipc://{ipc_dir}/to_worker")
-    outbox = ctx.socket(zmq.PUSH)
-    outbox.setsockopt(zmq.LINGER, 1000)
-    outbox.connect(f"ipc://{ipc_dir}/from_worker")
-    timer = PhaseTimer(period, server, _sinks(ctx))
-
-    def send(msg: msgspec.Struct) -> None:
-        outbox.send(encode(msg))
-
-    worker = Worker(
-        engine,
-        node,
+    return Worker(
+        Engine(model, config),
+        build_node(model_spec.arch, model, model_spec.eos_token_ids),
         timer,
         send,
         runtime_stops=config.runtime_stops,
         planted_delay_us=config.planted_delay_us,
     )
-    send(
-        Ready(
-            model=model_spec.arch,
-            size=size,
-            device=str(engine.device),
-            parameters=model.num_parameters(),
-            vocab_size=model.config.vocab_size,
-            max_model_len=config.max_model_len,
-            eos_token_ids=list(node.eos_token_ids),
+
+
+def run(model_spec: ModelSpec, config: EngineConfig, ipc_dir: str, server: str, size: str) -> None:
+    period = env.phase_timing_period()
+    if config.device == "cpu":
+        torch.set_num_threads(max(1, config.cpu_threads))
+    ctx = zmq.Context()
+    try:
+        inbox = ctx.socket(zmq.PULL)
+        inbox.bind(f"ipc://{ipc_dir}/to_worker")
+        outbox = ctx.socket(zmq.PUSH)
+        outbox.setsockopt(zmq.LINGER, 1000)
+        outbox.connect(f"ipc://{ipc_dir}/from_worker")
+        publisher = SpanPublisher(ctx, addr, server) if (addr := env.SPAN_ADDR.raw()) else None
+        sinks = [publisher.publish] if publisher else []
+        if path := env.SPAN_FILE.raw():
+            sinks.append(jsonl_sink(path))
+        timer = PhaseTimer(period, server, sinks)
+
+        def send(msg: msgspec.Struct) -> None:
+            outbox.send(encode(msg))
+
+        worker = build_worker(model_spec, config, timer, send)
+        send(
+            Ready(
+                model=model_spec.arch,
+                size=size,
+                device=str(worker.engine.device),
+                parameters=worker.engine.model.num_parameters(),
+                vocab_size=worker.engine.model.config.vocab_size,
+                max_model_len=config.max_model_len,
+                eos_token_ids=list(worker.node.eos_token_ids),
+            )
         )
-    )
+        _serve(worker, inbox)
+        timer.flush()  # the last, partial window
+        if publisher is not None:
+            publisher.end()  # after the last window: the harness need not wait for more
+        inbox.close(0)
+    finally:
+        ctx.destroy(linger=2000)  # closes the outbox and the span socket, sending what is queued
+
+
+def _serve(worker: Worker, inbox: zmq.Socket) -> None:
+    """Messages and iterations until Shutdown, SIGTERM, or the parent's death."""
     poller = zmq.Poller()
     poller.register(inbox, zmq.POLLIN)
     parent = os.getppid()
     terminated = []
     signal.signal(signal.SIGTERM, lambda *_: terminated.append(True))
     while not terminated:
-        busy = engine.scheduler.has_work()
+        busy = worker.engine.scheduler.has_work()
         if not busy and not poller.poll(timeout=200):
             if os.getppid() != parent:
-                break
+                return
             continue
-        stop = False
         while True:
             try:
                 data = inbox.recv(zmq.NOBLOCK)
@@ -117,15 +129,9 @@ def run(model_spec: ModelSpec, config: EngineConfig, ipc_dir: str, server: str, 
                 break
             msg = decode_to_worker(data)
             if isinstance(msg, Shutdown):
-                stop = True
-                break
+                return
             worker.handle(msg)
-        if stop:
-            break
         worker.iteration()
-    timer.flush()  # the last, partial window
-    inbox.close(0)
-    ctx.destroy(linger=2000)  # closes the outbox and the span socket, sending what is queued
 
 
 def main(argv: list[str] | None = None) -> None:

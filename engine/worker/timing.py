@@ -1,8 +1,9 @@
 """Phase timing: spans and counts gathered per window of `period` worker iterations.
 
 Off unless BENCH_PHASE_TIMING holds a period; when off the worker's hot path checks one
-boolean per site and does nothing else (benchmarks/bench_timing_overhead.py shows the
-cost). Every `period` iterations one record per span name is emitted (docs/SPANS.md).
+boolean per site and does nothing else (benchmarks/bench_runtime.py measures the cost).
+Every `period` iterations one record per span name is emitted (docs/SPANS.md); the record
+and the names are the span wire, engine/spans.py.
 """
 
 from __future__ import annotations
@@ -10,27 +11,20 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 
-import msgspec
 import numpy as np
+import zmq
+
+from engine.spans import (
+    COUNT,
+    END_TOPIC,
+    RECORDS_TOPIC,
+    SPAN,
+    SpanStreamEnd,
+    SpanWindowRecord,
+    encode,
+)
 
 now_ns = time.perf_counter_ns
-
-
-class SpanWindowRecord(msgspec.Struct):
-    server: str
-    name: str
-    kind: str  # "span" (values in ns) or "count"
-    first_iter: int
-    last_iter: int
-    iterations: int
-    mean_batch: float
-    n: int
-    sum: float
-    p50: float
-    p95: float
-    max: float
-    start_unix: float  # wall time the window opened
-    end_unix: float  # wall time it was emitted
 
 
 class PhaseTimer:
@@ -63,7 +57,7 @@ class PhaseTimer:
         mean_batch = self._rows / iterations if iterations else 0.0
         end_unix = time.time()
         out = []
-        for kind, table in (("span", self._spans), ("count", self._counts)):
+        for kind, table in ((SPAN, self._spans), (COUNT, self._counts)):
             for name, values in sorted(table.items()):
                 arr = np.asarray(values, dtype=np.float64)
                 p50, p95 = np.percentile(arr, [50, 95])
@@ -101,18 +95,25 @@ class PhaseTimer:
 
 def jsonl_sink(path: str):
     handle = open(path, "ab", buffering=0)  # noqa: SIM115 - lives as long as the worker
-    encoder = msgspec.json.Encoder()
 
     def write(records: list[SpanWindowRecord]) -> None:
-        handle.write(b"".join(encoder.encode(r) + b"\n" for r in records))
+        handle.write(b"".join(encode(r) + b"\n" for r in records))
 
     return write
 
 
-def zmq_sink(socket):
-    encoder = msgspec.json.Encoder()
+class SpanPublisher:
+    """PUBlishes each window to the harness's span collector; `end` says no window follows,
+    so the harness takes a server's windows as soon as it has them all."""
 
-    def publish(records: list[SpanWindowRecord]) -> None:
-        socket.send_multipart([b"spans", encoder.encode(records)])
+    def __init__(self, ctx: zmq.Context, address: str, server: str):
+        self.server = server
+        self.socket = ctx.socket(zmq.PUB)
+        self.socket.setsockopt(zmq.LINGER, 2000)  # the last window still goes out at shutdown
+        self.socket.connect(address)
 
-    return publish
+    def publish(self, records: list[SpanWindowRecord]) -> None:
+        self.socket.send_multipart([RECORDS_TOPIC, encode(records)])
+
+    def end(self) -> None:
+        self.socket.send_multipart([END_TOPIC, encode(SpanStreamEnd(self.server))])

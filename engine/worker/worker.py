@@ -24,6 +24,23 @@ from engine.runtime.postprocess import (
     StepOutput,
 )
 from engine.runtime.runtime import GraphRuntime
+from engine.spans import (
+    ADD_REQUEST,
+    COMPLETION_WAIT,
+    FORWARD,
+    ITERATION,
+    MESSAGE,
+    POSTPROCESS,
+    POSTPROCESS_BATCH,
+    PREMATERIALIZE,
+    REMOVE_REQUEST,
+    REQUESTS,
+    ROWS_PER_STEP,
+    RUNNING_REQUESTS,
+    SCHEDULE,
+    TOKENS_PER_STEP,
+    lap,
+)
 from engine.worker.engine import Engine, PendingStep
 from engine.worker.timing import PhaseTimer, now_ns
 
@@ -50,6 +67,7 @@ class Worker:
         for walk in node.graph.walks:  # declared once, at startup
             self.runtime.declare_stop_policies(walk, node.get_stop_policies(walk))
         self.postprocess = PhasedPostprocess(self.runtime)
+        self._launch_ns = (0, 0, 0)  # the last launch's start, scheduled, launched (timing on)
 
     # --- messages ------------------------------------------------------------------------
     def handle(self, msg: object) -> None:
@@ -64,7 +82,7 @@ class Worker:
         elif isinstance(msg, GetStats):
             self.send(WorkerStats(**self.engine.pool_stats()))
         if timing:
-            self.timer.span(f"worker.msg.{type(msg).__struct_config__.tag}", now_ns() - t0)
+            self.timer.span(MESSAGE + type(msg).__struct_config__.tag, now_ns() - t0)
 
     def _add_request(self, msg: AddRequest) -> None:
         timing = self.timer.enabled
@@ -78,9 +96,9 @@ class Worker:
             self.runtime.register_limits(handle, walk, limits)
         if timing:
             t3 = now_ns()
-            self.timer.span("worker.msg.add_request.read_prompt", t1 - t0)
-            self.timer.span("worker.msg.add_request.engine", t2 - t1)
-            self.timer.span("worker.msg.add_request.runtime", t3 - t2)
+            self.timer.span(lap(ADD_REQUEST, "read_prompt"), t1 - t0)
+            self.timer.span(lap(ADD_REQUEST, "engine"), t2 - t1)
+            self.timer.span(lap(ADD_REQUEST, "runtime"), t3 - t2)
 
     def _remove_request(self, rid: int) -> None:
         timing = self.timer.enabled
@@ -91,46 +109,58 @@ class Worker:
         log.debug("request %d removed", rid)
         if timing:
             t2 = now_ns()
-            self.timer.span("worker.msg.remove_request", t2 - t0)
-            self.timer.span("worker.msg.remove_request.engine", t1 - t0)
-            self.timer.span("worker.msg.remove_request.log", t2 - t1)
+            self.timer.span(REMOVE_REQUEST, t2 - t0)
+            self.timer.span(lap(REMOVE_REQUEST, "engine"), t1 - t0)
+            self.timer.span(lap(REMOVE_REQUEST, "log"), t2 - t1)
 
     # --- one iteration -------------------------------------------------------------------
     def iteration(self) -> bool:
         """Run one step if there is work; False when idle."""
-        if not self.engine.scheduler.has_work():
+        pending = self.launch()
+        if pending is None:
             return False
+        self.postprocess_batch(pending)
+        if self.timer.enabled:  # the bookkeeping after the last timestamp, out of the spans
+            t3 = now_ns()
+            t0, t1, t2 = self._launch_ns
+            rows = pending.rows
+            self.timer.span(SCHEDULE, t1 - t0)
+            self.timer.span(FORWARD, t2 - t1)
+            self.timer.span(POSTPROCESS_BATCH, t3 - t2)
+            self.timer.span(ITERATION, t3 - t0)
+            self.timer.count(ROWS_PER_STEP, len(rows))
+            self.timer.count(TOKENS_PER_STEP, sum(r.num_new for r in rows))
+            self.timer.count(RUNNING_REQUESTS, len(self.engine.scheduler.running))
+            self.timer.count(REQUESTS, len(self.engine.requests))
+            self.timer.end_iteration(len(rows))
+        return True
+
+    def launch(self) -> PendingStep | None:
+        """Schedule the next step and launch it; None when there is nothing to run. With
+        timing on, keeps its start, scheduled and launched times for the iteration's spans."""
+        if not self.engine.scheduler.has_work():
+            return None
         timing = self.timer.enabled
         t0 = now_ns() if timing else 0
         rows = self.engine.scheduler.schedule()
         t1 = now_ns() if timing else 0
         if not rows:
-            return False
+            return None
         pending = self.engine.launch(rows)
-        t2 = now_ns() if timing else 0
-        self._postprocess_batch(pending)
         if timing:
-            t3 = now_ns()
-            self.timer.span("worker.step.schedule", t1 - t0)
-            self.timer.span("worker.step.forward", t2 - t1)
-            self.timer.span("worker.postprocess_batch", t3 - t2)
-            self.timer.span("worker.iter_total", t3 - t0)
-            self.timer.count("worker.rows_per_step", len(rows))
-            self.timer.count("worker.tokens_per_step", sum(r.num_new for r in rows))
-            self.timer.count("worker.running_requests", len(self.engine.scheduler.running))
-            self.timer.count("worker.requests", len(self.engine.requests))
-            self.timer.end_iteration(len(rows))
-        return True
+            self._launch_ns = (t0, t1, now_ns())
+        return pending
 
-    def _postprocess_batch(self, pending: PendingStep) -> None:
+    def postprocess_batch(self, pending: PendingStep) -> None:
+        """Wait for a launched step, then postprocess it: frames out, finished requests out."""
         timing = self.timer.enabled
         t0 = now_ns() if timing else 0
         pending.wait()  # the step's completion
         t1 = now_ns() if timing else 0
         out = pending.to_host()  # prematerialize: the stop check's host copy
         if timing:
-            self.timer.span("worker.step.completion_wait", t1 - t0)
-            self.timer.span("worker.postprocess.prematerialize", now_ns() - t1)
+            self.timer.span(COMPLETION_WAIT, t1 - t0)
+            self.timer.span(PREMATERIALIZE, now_ns() - t1)
         if len(out.rids) == 0:
             return
         self.engine.step_finished(out)
@@ -140,18 +170,18 @@ class Worker:
             t = now_ns() if timing else 0
             stops = self._check_stop(out, np.arange(len(out.rids)))
             if timing:
-                self.timer.span("worker.postprocess.check_stop", now_ns() - t)
+                self.timer.span(POSTPROCESS + "check_stop", now_ns() - t)
         t = now_ns() if timing else 0
         brk = self.postprocess.begin(PostprocessRequest(out, runtime_stops, stops))
         while brk.need is not PostprocessNeed.DONE:
             if timing:
-                self.timer.span("worker.postprocess.runtime", now_ns() - t)
+                self.timer.span(POSTPROCESS + "runtime", now_ns() - t)
             answer = self._handle_break(brk)
             t = now_ns() if timing else 0
             brk = self.postprocess.resume(answer)
         t_tail = now_ns() if timing else 0
         if timing:
-            self.timer.span("worker.postprocess.runtime", t_tail - t)
+            self.timer.span(POSTPROCESS + "runtime", t_tail - t)
         result = brk.result
         if self.planted_delay_s:  # bench power's known slowdown, inside the postprocess work
             _spin(self.planted_delay_s)
@@ -159,7 +189,7 @@ class Worker:
         for rid in result.finished + result.failed:
             self._remove_request(rid)
         if timing:
-            self.timer.span("worker.postprocess.tail", now_ns() - t_tail)
+            self.timer.span(POSTPROCESS + "tail", now_ns() - t_tail)
 
     def _handle_break(self, brk: Break) -> object:
         timing = self.timer.enabled
@@ -174,7 +204,7 @@ class Worker:
             answer = SendInput({rid: len(requests[rid].prompt) for rid in rids})
             name = "send_prep"
         if timing:
-            self.timer.span(f"worker.postprocess.{name}", now_ns() - t)
+            self.timer.span(POSTPROCESS + name, now_ns() - t)
         return answer
 
     def _runtime_can_check(self, out: StepOutput) -> bool:

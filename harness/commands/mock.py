@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import typer
-from rich.console import Console
 
-from harness.errors import fail
-from harness.mock import MockConfig, run
+from harness.measure.mock.server import MockConfig, run
+from harness.show.console import fail, notes
 
 
 def main(
@@ -28,7 +27,7 @@ def main(
     if shards < 1 or (shards > 1 and port == 0):
         fail("--shards must be >= 1, and sharding needs a fixed --port")
     config = MockConfig(ttft_ms, itl_ms, output_tokens, model)
-    console = Console(stderr=True, highlight=False)
+    console = notes()
 
     def ready(server) -> None:
         console.print(

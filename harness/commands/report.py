@@ -5,10 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.console import Console
 
-from harness.errors import BenchError, fail
-from harness.report import write_report
+from harness.errors import BenchError
+from harness.results import RESULTS, load_run, load_summary, report_context, summarise
+from harness.show.console import fail, notes
+from harness.show.report.evidence import gather
+from harness.show.report.write import write_report
 
 
 def main(
@@ -17,8 +19,18 @@ def main(
 ) -> None:
     """Write report.md with PNG plots (and report.html) into the run directory."""
     try:
-        path = write_report(run_dir, html=html)
+        path = report_run(run_dir, html=html)
     except BenchError as exc:
         fail(str(exc))
-    console = Console(stderr=True, highlight=False)
-    console.print(f"report: {path}" + (f" and {path.with_name('report.html')}" if html else ""))
+    notes().print(f"report: {path}" + (f" and {path.with_name('report.html')}" if html else ""))
+
+
+def report_run(run_dir: Path, html: bool = False, results: Path = RESULTS) -> Path:
+    """The report of a run directory, written into it: its tables and its summary.json (a run
+    never summarised, e.g. one whose server failed to start, is summarised now, once)."""
+    manifest, frames = load_run(run_dir)
+    if frames["servers"].empty:
+        raise BenchError(f"{run_dir} has no servers yet: nothing to report")
+    comparison = load_summary(run_dir) or summarise(run_dir)
+    calibration, power = report_context(results, manifest.get("scenario", {}).get("name", ""))
+    return write_report(gather(manifest, frames, comparison, calibration, power), run_dir, html)

@@ -7,18 +7,17 @@ import sys
 from pathlib import Path
 
 import typer
-from rich.console import Console
 
 from engine.config import ConfigError, load_scenario
-from harness.arms import resolve_arms
-from harness.errors import BenchError, fail
-from harness.loadgen import build_requests
-from harness.progress import RunProgress
-from harness.results import RunDir, machine, new_run_id
-from harness.runner import RunPlan, execute
-from harness.summarize import summarize
-
-RESULTS = Path(__file__).resolve().parents[2] / "results"
+from harness.commands.report import report_run
+from harness.errors import BenchError
+from harness.measure.arms import resolve_arms
+from harness.measure.request_sequence import build_requests
+from harness.measure.runner import RunPlan, run_schedule
+from harness.results import RESULTS, RunDir, new_run_id
+from harness.show.comparison import render
+from harness.show.console import fail, notes, output
+from harness.show.progress import RunProgress
 
 
 def main(
@@ -38,7 +37,7 @@ def main(
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """Compare two arms on fresh servers; exit 1 when B's headline figure is slower."""
-    console = Console(stderr=True, highlight=False)
+    console = notes()
     if requests is not None and duration is not None:
         fail("give --requests or --duration, not both")
     try:
@@ -50,23 +49,21 @@ def main(
     for a in arms:
         if any(key.startswith("load.") for key in a.overrides):
             fail(f"arm {a.name} overrides the load; both arms must see the same requests")
-    load = resolved.load
-    warm = load.warmup if warmup is None else warmup
-    measured = load.requests if requests is None else requests
-    count = warm + (measured if duration is None else 1_000_000)
+    warm = resolved.load.warmup if warmup is None else warmup
+    measured = resolved.load.requests if requests is None else requests
     if resolved.size_reason != "asked for":
         console.print(f"size [bold]{resolved.size}[/] ({resolved.size_reason})")
-    same = arms[0].same_code_as(arms[1])
-    if same:
+    if arms[0].same_code_as(arms[1]):
         console.print("arms A and B run the same code and settings: this is an A/A check")
     letters = (["A", "B", "B", "A"] if abba else ["A", "B"]) * blocks
+    count = warm + (measured if duration is None else 1_000_000)
     plan = RunPlan(
         scenario=resolved,
         arms={a.letter: a for a in arms},
         letters=letters,
         block_size=4 if abba else 2,
         concurrency=concurrency,
-        requests=build_requests(load, _vocab(resolved), count),
+        requests=build_requests(resolved.load, _vocab(resolved), count),
         warmup=warm,
         period=period,
         duration_s=duration,
@@ -74,30 +71,19 @@ def main(
     )
     run_id = new_run_id(resolved.name)
     rundir = RunDir(out or RESULTS / run_id)
-    rundir.write_manifest({
-        "run_id": run_id, "command": " ".join(sys.argv), "scenario": resolved.to_dict(),
-        "arms": arm_manifests, "aa_check": same, "schedule": letters,
-        "concurrency": concurrency, "requests": measured, "duration_s": duration,
-        "warmup": warm, "period": period, "machine": machine(), "complete": False,
-    })  # fmt: skip
+    rundir.write_manifest(plan.manifest(run_id, " ".join(sys.argv), measured, arm_manifests))
     try:
         with RunProgress(console, len(letters), measured + warm) as progress:
-            complete = execute(plan, rundir, progress.show)
+            complete, result = run_schedule(plan, rundir, progress.show)
     except BenchError as exc:
         rundir.update_manifest(complete=False, error=str(exc))
         fail(f"{exc} (partial results in {rundir.path})")
-    rundir.update_manifest(complete=complete)
-    result = summarize(rundir.path)
     if report:  # before the exit-code checks, so a regression still gets its report
-        from harness.report import write_report
-
-        console.print(f"report: {write_report(rundir.path, comparison=result)}")
+        console.print(f"report: {report_run(rundir.path)}")
     if as_json:
         print(json.dumps(result.to_json(), indent=2))
     else:
-        from harness.compare import render
-
-        Console().print(render(result))
+        output().print(render(result))
         console.print(f"results: {rundir.path}")
     if not complete:
         console.print("[yellow]interrupted: the results above cover what was measured[/]")

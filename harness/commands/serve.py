@@ -8,8 +8,9 @@ import sys
 
 import typer
 
-from harness.errors import fail
-from harness.server import port_in_use
+from engine import env
+from harness.measure.server import port_in_use
+from harness.show.console import fail
 
 
 def main(
@@ -29,13 +30,9 @@ def main(
         cmd += ["--size", size]
     if overrides:
         cmd += ["--set", overrides]
-    env = dict(os.environ)
-    if period:
-        env["BENCH_PHASE_TIMING"] = str(period)
-    if span_file:
-        env["BENCH_SPAN_FILE"] = span_file
+    variables = {**os.environ, **env.timing_environment(period, span_file=span_file)}
     try:
-        code = subprocess.call(cmd, env=env)
+        code = subprocess.call(cmd, env=variables)
     except KeyboardInterrupt:
         code = 130
     raise typer.Exit(code)

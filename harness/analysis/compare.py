@@ -1,0 +1,202 @@
+"""The A/B comparison of one run: figures with paired changes, servers, phases, message costs
+and the doubts that qualify them, as one JSON-ready `Comparison` (summary.json holds it).
+
+Pure: frames in, dataclasses out. The terminal (harness/show/comparison.py) and the report
+(harness/show/report/) lay it out and compute nothing of their own.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Mapping
+from dataclasses import asdict, dataclass, field
+
+import msgspec
+import pandas as pd
+
+from harness.analysis import metrics, phases
+from harness.analysis.doubts import comparison_doubts
+from harness.analysis.schema import LETTERS, SCHEMA_VERSION, empty
+from harness.analysis.stats import SLOWER, Change, Rule, paired_change
+
+HEADLINE = "output_tok_per_s"
+
+
+@dataclass
+class FigureRow:
+    figure: str
+    label: str
+    unit: str
+    higher_is_better: bool
+    a: float | None  # the arm's pooled value (metrics.arm_summary)
+    b: float | None
+    change: Change  # paired over servers (stats.paired_change)
+    servers_a: list[float | None]  # per-server values in schedule order
+    servers_b: list[float | None]
+
+
+@dataclass
+class ServerRow:
+    block: int
+    slot: int
+    letter: str
+    arm: str
+    healthy: bool
+    requests: int
+    failed: int
+    output_tok_per_s: float | None
+    error: str | None
+
+
+@dataclass
+class PhaseRow:
+    name: str
+    a_ms: float | None  # ms per worker iteration, the arm's servers pooled
+    b_ms: float | None
+    change: Change
+
+
+@dataclass
+class MessageRow:
+    name: str
+    parent: str | None  # the message a stage lap belongs to
+    a_ms: float | None  # ms per request, the arm's servers pooled
+    b_ms: float | None
+
+
+@dataclass
+class Comparison:
+    labels: dict[str, str]  # letter -> the manifest's label of the arm
+    headline: str
+    blocks: int
+    rule: Rule
+    figures: list[FigureRow]
+    servers: list[ServerRow]
+    phases: list[PhaseRow]
+    postprocess_waits: list[str]
+    messages: list[MessageRow]
+    doubts: list[str] = field(default_factory=list)
+    schema_version: int = SCHEMA_VERSION
+
+    @property
+    def regression(self) -> bool:
+        """B's headline figure is worse than A's, with confidence."""
+        return any(f.figure == self.headline and f.change.verdict == SLOWER for f in self.figures)
+
+    def to_json(self) -> dict:
+        """Plain types only; NaN becomes None (summary.json is strict JSON)."""
+        return _plain(asdict(self) | {"regression": self.regression})
+
+    @classmethod
+    def from_json(cls, data: Mapping) -> Comparison:
+        """The comparison `to_json` wrote (keys it does not know are left out)."""
+        return msgspec.convert(data, cls)
+
+
+def compare(
+    requests: pd.DataFrame,
+    spans: pd.DataFrame | None,
+    servers: pd.DataFrame,
+    labels: Mapping[str, str],
+    *,
+    external: Collection[str] = (),
+    tokens_per_audio_s: float | None = None,
+    headline: str = HEADLINE,
+    rule: Rule = Rule(),
+    waits: tuple[str, ...] = phases.POSTPROCESS_WAITS,
+) -> Comparison:
+    """Compare arm B against arm A, the rows told apart by their letter (so an A/A run of one
+    arm works). `labels` maps "A"/"B" to the manifest's arm labels; `external` names the
+    letters whose arm is an external URL (no spans expected)."""
+    if spans is None or spans.empty:
+        spans = empty("spans")
+    per_server = metrics.server_summary(requests, servers, tokens_per_audio_s)
+    per_arm = metrics.arm_summary(requests, servers, tokens_per_audio_s).set_index("letter")
+    figures = [
+        _figure_row(fig, per_server, per_arm, rule) for fig in metrics.figures(tokens_per_audio_s)
+    ]
+    result = Comparison(
+        labels={letter: labels.get(letter, letter) for letter in LETTERS},
+        headline=headline,
+        blocks=next((f.change.blocks for f in figures if f.figure == headline), 0),
+        rule=rule,
+        figures=figures,
+        servers=_server_rows(per_server, servers),
+        phases=_phase_rows(spans, waits, rule),
+        postprocess_waits=list(waits),
+        messages=_message_rows(spans),
+    )
+    result.doubts = comparison_doubts(result, per_server, servers, spans, external)
+    return result
+
+
+def _values(frame: pd.DataFrame, column: str) -> pd.DataFrame:
+    return frame[["letter", "block", "slot", column]].rename(columns={column: "value"})
+
+
+def _figure_row(fig: metrics.Figure, per_server, per_arm, rule: Rule) -> FigureRow:
+    values = _values(per_server, fig.name)
+    return FigureRow(
+        fig.name,
+        fig.label,
+        fig.unit,
+        fig.higher_is_better,
+        a=per_arm[fig.name].get("A"),
+        b=per_arm[fig.name].get("B"),
+        change=paired_change(values, "A", "B", fig.higher_is_better, rule),
+        servers_a=values.loc[values["letter"] == "A", "value"].tolist(),
+        servers_b=values.loc[values["letter"] == "B", "value"].tolist(),
+    )
+
+
+def _phase_rows(spans: pd.DataFrame, waits, rule: Rule) -> list[PhaseRow]:
+    per_server = phases.phase_table(spans, phases.BY_SERVER, waits)
+    pooled = phases.phase_table(spans, phases.BY_ARM, waits).set_index(["name", "letter"])
+    rows = []
+    for name, values in per_server.groupby("name", sort=True):
+        change = paired_change(
+            values.rename(columns={"ms_per_iter": "value"}), "A", "B", False, rule
+        )
+        a, b = (pooled["ms_per_iter"].get((name, letter)) for letter in LETTERS)
+        rows.append(PhaseRow(name, a, b, change))
+    return rows
+
+
+def _message_rows(spans: pd.DataFrame) -> list[MessageRow]:
+    pooled = phases.message_costs(spans, phases.BY_ARM).set_index(["name", "letter"])
+    costs = pooled["ms_per_request"]
+    names = sorted(set(pooled.index.get_level_values("name")))
+    return [
+        MessageRow(n, phases.message_parent(n), costs.get((n, "A")), costs.get((n, "B")))
+        for n in names
+    ]
+
+
+def _server_rows(per_server: pd.DataFrame, servers: pd.DataFrame) -> list[ServerRow]:
+    facts = servers.set_index(["block", "slot"])
+    return [
+        ServerRow(
+            int(r.block),
+            int(r.slot),
+            r.letter,
+            facts.at[(r.block, r.slot), "arm"],
+            r.healthy,
+            int(r.requests),
+            int(r.failed),
+            r.output_tok_per_s,
+            facts.at[(r.block, r.slot), "error"],
+        )
+        for r in per_server.itertuples(index=False)
+    ]
+
+
+def _plain(value):
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if hasattr(value, "item"):  # numpy scalar
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value

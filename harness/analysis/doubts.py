@@ -1,0 +1,95 @@
+"""What qualifies a comparison: each doubt says what might make a figure wrong and what to do
+about it (rerun with more blocks, see a server's log, add client shards)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection
+from typing import TYPE_CHECKING
+
+import pandas as pd
+
+from harness.analysis.phases import POSTPROCESS_WORK
+from harness.analysis.schema import LETTERS
+from harness.analysis.stats import NOT_ENOUGH
+
+if TYPE_CHECKING:
+    from harness.analysis.compare import Comparison
+
+CLIENT_LIMIT_SHARE = 0.5  # a server this close to the client's measured max is doubtful
+
+
+def comparison_doubts(
+    result: Comparison,
+    per_server: pd.DataFrame,
+    servers: pd.DataFrame,
+    spans: pd.DataFrame,
+    external: Collection[str],
+) -> list[str]:
+    """Failed requests, unhealthy servers, missing steady windows, untimed tokens, too few
+    blocks, figures too noisy to decide, missing spans, a postprocess work below zero."""
+    doubts = []
+    for letter in LETTERS:
+        failed = sum(s.failed for s in result.servers if s.letter == letter)
+        if failed:
+            doubts.append(f"{failed} failed requests in arm {letter}: see status/error in requests")
+    for s in servers.itertuples(index=False):
+        where = f"server {s.letter} block {s.block} slot {s.slot}"
+        if not s.healthy or s.error:
+            doubts.append(f"{where}: {s.error or 'never healthy'}; see {s.log}")
+        if pd.isna(s.steady_start_s) or pd.isna(s.steady_end_s):
+            doubts.append(f"{where}: no steady window, so no steady tok/s")
+    untimed = per_server["output_tokens"] - per_server["timed_tokens"]
+    if (untimed > 0).any():
+        doubts.append(
+            f"{int(untimed.sum())} output tokens have no arrival time (text-only stream?):"
+            " steady tok/s and ITL undercount them; compare the whole-run tok/s"
+        )
+    if result.blocks < 2:
+        doubts.append(
+            f"{result.blocks} paired block(s): the servers of one block are the replicates"
+            " (weaker, blind to drift) or there are none; rerun with 3 or more ABBA blocks"
+        )
+    changes = [(f.label, f.change) for f in result.figures]
+    changes += [(p.name, p.change) for p in result.phases]
+    noisy = [(name, c) for name, c in changes if c.verdict == NOT_ENOUGH and c.blocks]
+    if noisy:
+        needed = max(c.blocks_needed or 0 for _, c in noisy)
+        more = f"about {needed} blocks in all" if needed else "more blocks"
+        doubts.append(f"too noisy to decide: {', '.join(n for n, _ in noisy)}; rerun with {more}")
+    for letter in LETTERS:
+        if not (spans["letter"] == letter).any():
+            doubts.append(
+                f"no spans from arm {letter} (an external server has none)"
+                if letter in external
+                else f"no spans from arm {letter}: run its servers with the phase-timing flag"
+            )
+    work = [p for p in result.phases if p.name == POSTPROCESS_WORK]
+    if any(min(p.a_ms or 0, p.b_ms or 0) < 0 for p in work):
+        doubts.append("postprocess work < 0: a subtracted wait is not inside postprocess_batch")
+    return doubts
+
+
+def client_limit(calibration: dict | None) -> float | None:
+    """The most tokens per second one client core reads when each token is its own SSE
+    event (as the engine streams them), from `bench calibrate`'s paced run."""
+    return ((calibration or {}).get("latency") or {}).get("tokens_per_s_per_core")
+
+
+def client_limit_doubts(comparison: Comparison, calibration: dict | None) -> list[str]:
+    """Servers whose output tok/s reaches CLIENT_LIMIT_SHARE of the most the client could read
+    in calibration may have measured the client, not the server."""
+    limit = client_limit(calibration)
+    if not limit:
+        return []
+    rates = [s.output_tok_per_s for s in comparison.servers]
+    near = [
+        r for r in rates if r is not None and math.isfinite(r) and r >= CLIENT_LIMIT_SHARE * limit
+    ]
+    if not near:
+        return []
+    return [
+        f"{len(near)} server(s) ran at {CLIENT_LIMIT_SHARE:.0%} or more of the client's calibrated"
+        f" maximum ({limit:,.0f} tok/s), up to {max(near):,.0f} tok/s ({max(near) / limit:.0%}):"
+        " the client may be the limit; rerun with more --shards"
+    ]

@@ -1,0 +1,139 @@
+"""The results schema: the raw facts a run records, one row per request, per span window and
+per server, written to `results/<run-id>/*.parquet` (docs/RESULTS.md).
+
+Every row carries where it was recorded from the moment it is recorded: the arm's name and
+schedule letter, the server and its block and slot (`Slot`). Nothing here computes a
+metric; metrics.py and phases.py do, from these rows.
+
+Version 2 added `letter` and `server` to requests, `letter` to spans and `server` to
+servers. A version-1 directory is read by giving its rows those columns from its servers
+table (`from_version_1`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+import pandas as pd
+
+SCHEMA_VERSION = 2
+LETTERS = ("A", "B")
+SERVER_KEY = ["letter", "block", "slot"]  # one server: the unit analysis groups by
+
+
+@dataclass(frozen=True)
+class Slot:
+    """Where a row was recorded: one slot of the schedule, a fresh server of one arm."""
+
+    arm: str  # the arm's name, as the user gave it
+    letter: str  # A or B: the arm's place in the comparison
+    server: str  # the server's id, <letter><slot>; its log is logs/<server>.log
+    block: int
+    slot: int
+
+
+@dataclass
+class RequestRecord:
+    """One request as the client saw it. Times are seconds on the client's monotonic clock,
+    relative to the slot's load start (`ServerRecord.t0_unix` anchors them to wall time)."""
+
+    arm: str
+    letter: str
+    server: str
+    block: int
+    slot: int
+    index: int  # position in the scenario's request sequence (same across arms)
+    warmup: bool
+    prompt_tokens: int
+    max_tokens: int
+    intended_send_s: float  # when the closed loop wanted to send it (a lane became free)
+    send_s: float  # when the request was actually written
+    first_token_s: float | None = None
+    end_s: float | None = None
+    output_tokens: int = 0
+    token_times_s: list[float] = field(default_factory=list)  # arrival of each output token
+    status: int = 0  # HTTP status; 0 when no response arrived
+    error: str | None = None
+    finish_reason: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.status == 200
+
+
+@dataclass
+class SpanRecord:
+    """One span (or count) window a worker emitted every `period` iterations, with its slot's
+    columns: the wire's SpanWindowRecord (engine/spans.py) as stored. Declared here rather
+    than derived, so the results schema changes only with its version."""
+
+    arm: str
+    letter: str
+    server: str
+    block: int
+    slot: int
+    name: str
+    kind: str  # "span" (values in ns) or "count"
+    first_iter: int
+    last_iter: int
+    iterations: int
+    mean_batch: float
+    n: int
+    sum: float
+    p50: float
+    p95: float
+    max: float
+    start_unix: float = 0.0  # wall time the window opened
+    end_unix: float = 0.0  # wall time it was emitted
+
+
+@dataclass
+class ServerRecord:
+    """One slot of the schedule: a fresh server process and the load driven against it."""
+
+    arm: str
+    letter: str
+    server: str
+    block: int
+    slot: int
+    port: int
+    log: str
+    t0_unix: float  # wall time of the load's start (time zero of its request records)
+    start_unix: float
+    stop_unix: float | None = None
+    exit_code: int | None = None
+    healthy: bool = False
+    requests: int = 0
+    failures: int = 0
+    steady_start_s: float | None = None
+    steady_end_s: float | None = None
+    error: str | None = None
+
+
+TABLES = {"requests": RequestRecord, "spans": SpanRecord, "servers": ServerRecord}
+
+
+def columns(table: str) -> list[str]:
+    return [f.name for f in fields(TABLES[table])]
+
+
+def empty(table: str) -> pd.DataFrame:
+    """A table with no rows and every column."""
+    return pd.DataFrame({name: pd.Series(dtype=object) for name in columns(table)})
+
+
+def from_version_1(frames: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
+    """Version-1 tables as version 2: servers get their id (<letter><slot>, as the runner
+    named them), request rows their server's letter and id, span rows its letter (they name
+    their worker's server already)."""
+    servers = frames["servers"]
+    servers = servers.assign(server=servers["letter"] + servers["slot"].astype(str))
+    ids = servers[["block", "slot", "letter", "server"]]
+    out = {"servers": servers[columns("servers")]}
+    for name, keys in (("requests", ids), ("spans", ids.drop(columns="server"))):
+        frame = frames[name]
+        if frame.empty:
+            out[name] = empty(name)
+            continue
+        out[name] = frame.merge(keys, on=["block", "slot"], how="left")[columns(name)]
+    return out

@@ -1,0 +1,181 @@
+"""The closed loop's lanes on one event loop: each lane sends a request, reads its stream to the
+end, then takes the next index of the shared sequence. They record raw client facts
+(`RequestRecord`, stamped with the slot they ran in) and the moments that bound the steady
+window, and compute nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import time
+from collections.abc import Callable
+from dataclasses import astuple, dataclass
+
+import msgspec
+
+from harness.analysis.schema import RequestRecord, Slot
+from harness.measure.http_client import Endpoint, Lane
+from harness.measure.request_sequence import RequestSequence, RequestSpec
+from harness.measure.sse import ResponseReader
+
+FAILURES = (TimeoutError, OSError)  # ResponseError is a ConnectionError, an OSError
+
+
+@dataclass(frozen=True)
+class Progress:
+    sent: int
+    done: int
+    failed: int
+    tokens: int
+    elapsed_s: float
+
+    @property
+    def in_flight(self) -> int:
+        return self.sent - self.done
+
+
+class Job(msgspec.Struct, array_like=True):
+    """Everything a group of lanes needs; crosses to shard processes as msgpack."""
+
+    endpoint: str
+    model: str | None
+    requests: RequestSequence | list[RequestSpec]
+    concurrency: int
+    warmup: int
+    slot: Slot
+    ramp_s: float
+    timeout_s: float
+    send_for_s: float | None = None
+
+
+class LaneSummary(msgspec.Struct, array_like=True):
+    """One group's records and the moments that bound the steady window."""
+
+    records: list[RequestRecord]
+    busy_s: float | None  # when all of the group's lanes were first busy
+    warmup_done_s: float | None  # the last warmup completion the group saw
+    drain_s: float | None  # the first completion that found the sequence exhausted
+    stopped_s: float | None
+    cpu_s: float
+
+
+def until(job: Job, t0: float, take: Callable[[], int | None]) -> Callable[[], int | None]:
+    """`take`, ending the sequence once `job.send_for_s` seconds have passed since t0."""
+    if job.send_for_s is None:
+        return take
+    deadline = t0 + job.send_for_s
+    return lambda: take() if time.perf_counter() < deadline else None
+
+
+class Lanes:
+    """One event loop's lanes (their numbers among all C); `take()` gives the next index of the
+    sequence, or None once it is exhausted."""
+
+    def __init__(self, job: Job, lanes: range, t0: float, take: Callable[[], int | None]):
+        self.job, self.lanes, self.t0, self.take = job, lanes, t0, take
+        self.slot = astuple(job.slot)  # the columns every record starts with
+        self.records: list[RequestRecord] = []
+        self.sent = self.done = self.failed = self.tokens = 0
+        self.busy_s = self.warmup_done_s = self.drain_s = self.stopped_s = None
+
+    def progress(self) -> Progress:
+        elapsed = time.perf_counter() - self.t0
+        return Progress(self.sent, self.done, self.failed, self.tokens, elapsed)
+
+    def summary(self, cpu_s: float) -> LaneSummary:
+        moments = (self.busy_s, self.warmup_done_s, self.drain_s, self.stopped_s)
+        return LaneSummary(self.records, *moments, cpu_s)
+
+    async def run(self, stop: asyncio.Event, tick: Callable[[], None], interval_s: float) -> None:
+        """Run the lanes until the sequence is done or `stop` is set. A lane that raises (a bug,
+        not a failed request) stops the others and is raised."""
+        endpoint = Endpoint(self.job.endpoint)
+        await asyncio.sleep(self.t0 - time.perf_counter())  # shards start together
+        lanes = [asyncio.create_task(self._lane(endpoint, lane)) for lane in self.lanes]
+        helpers = [
+            asyncio.create_task(every(interval_s, tick)),
+            asyncio.create_task(stop.wait()),
+        ]
+        everything = asyncio.gather(*lanes)
+        try:
+            await asyncio.wait([everything, helpers[1]], return_when=asyncio.FIRST_COMPLETED)
+            if not everything.done():
+                self.stopped_s = time.perf_counter() - self.t0
+        finally:
+            for task in lanes + helpers:
+                task.cancel()
+            ended = await asyncio.gather(*lanes, return_exceptions=True)
+            if everything.done() and not everything.cancelled():
+                everything.exception()  # seen: it is raised below, from `ended`
+            gc.unfreeze()
+        raised = [e for e in ended if isinstance(e, Exception)]
+        if raised:
+            raise raised[0]
+        tick()
+
+    async def _lane(self, endpoint: Endpoint, lane: int) -> None:
+        intended = lane * self.job.ramp_s / self.job.concurrency  # when the lane is first free
+        await asyncio.sleep(self.t0 + intended - time.perf_counter())
+        conn = Lane(endpoint)
+        try:
+            while (index := self.take()) is not None:
+                intended = await self._request(conn, index, intended)
+        finally:
+            conn.close()
+        if self.drain_s is None:
+            self.drain_s = intended
+
+    async def _request(self, conn: Lane, index: int, intended: float) -> float:
+        job, t0 = self.job, self.t0
+        spec = job.requests[index]
+        body = {
+            "prompt": spec.prompt,
+            "max_tokens": spec.max_tokens,
+            "ignore_eos": True,
+            "temperature": 0.0,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if job.model is not None:
+            body["model"] = job.model
+        data = msgspec.json.encode(body)
+        headers = b"Content-Type: application/json\r\nX-Request-Id: %d\r\n" % index
+        warmup = index < job.warmup
+        rec = RequestRecord(
+            *self.slot, index, warmup, len(spec.prompt), spec.max_tokens, intended, 0.0
+        )
+        self.sent += 1
+        if self.busy_s is None and self.sent - self.done == len(self.lanes):
+            self.busy_s = time.perf_counter() - t0
+        rec.send_s = time.perf_counter() - t0
+        reader = ResponseReader(rec, t0)
+        try:
+            rec.status = await conn.post(data, headers, reader.feed, job.timeout_s)
+            reader.finish()
+        except asyncio.CancelledError:
+            rec.status, rec.error = conn.last_status, "interrupted"
+            raise
+        except FAILURES as e:
+            rec.status = conn.last_status
+            rec.error = f"{type(e).__name__}: {e}".removesuffix(": ")
+        finally:
+            self.tokens += len(rec.token_times_s)
+            if rec.end_s is None:  # a failure before the stream's end
+                rec.end_s = time.perf_counter() - t0
+            self.done += 1
+            self.failed += not rec.ok
+            self.records.append(rec)
+            if rec.warmup:
+                self.warmup_done_s = max(self.warmup_done_s or 0.0, rec.end_s)
+        return rec.end_s
+
+
+async def every(interval_s: float, tick: Callable[[], None]) -> None:
+    """Call `tick` every interval. Each call also freezes the live objects (gc.freeze): a full
+    collection over the records gathered so far would pause the loop for tens of milliseconds,
+    a pause that would land in the latencies. `Lanes.run` unfreezes at the end."""
+    while True:
+        await asyncio.sleep(interval_s)
+        gc.freeze()
+        tick()

@@ -1,0 +1,64 @@
+"""A run's `Comparison` as rich tables: figures, per-server values, phases, message costs,
+doubts. Every number is a field of the comparison."""
+
+from __future__ import annotations
+
+from rich.console import Group
+from rich.markup import escape
+from rich.table import Table
+
+from harness.analysis.compare import Comparison
+from harness.analysis.phases import ALL_MESSAGES, POSTPROCESS_WORK
+from harness.analysis.schema import LETTERS
+from harness.show.format import change_text, joined, number, verdict_text
+
+
+def render(result: Comparison) -> Group:
+    """The tables the CLI prints: figures, per-server values, phases, message costs, doubts."""
+    a, b = (f"{x}: {escape(result.labels[x])}" for x in LETTERS)
+    ci = f"change ({result.rule.level:.0%} CI)"
+    figures = table(f"B against A, {result.blocks} paired blocks", "figure", a, b, ci, "verdict")
+    for f in result.figures:
+        figures.add_row(
+            f"{f.label} ({f.unit})",
+            number(f.a),
+            number(f.b),
+            change_text(f.change),
+            verdict_text(f.change),
+        )
+    servers = table("per server, schedule order", "figure", a, b)
+    for f in result.figures:
+        if f.higher_is_better:
+            servers.add_row(f.label, joined(f.servers_a), joined(f.servers_b))
+    failed = ([s.failed for s in result.servers if s.letter == x] for x in LETTERS)
+    servers.add_row("failed requests", *(joined(f, str) for f in failed))
+    parts: list = [figures, servers]
+    if result.phases:
+        waits = ", ".join(result.postprocess_waits)
+        title = f"ms per worker iteration ({POSTPROCESS_WORK}: postprocess_batch less {waits})"
+        phases = table(title, "phase", a, b, ci, "verdict")
+        for p in result.phases:
+            phases.add_row(
+                p.name,
+                number(p.a_ms),
+                number(p.b_ms),
+                change_text(p.change),
+                verdict_text(p.change),
+            )
+        parts.append(phases)
+    if result.messages:
+        messages = table(f"ms per request ({ALL_MESSAGES})", "stage", a, b)
+        for m in result.messages:
+            messages.add_row(("  " if m.parent else "") + m.name, number(m.a_ms), number(m.b_ms))
+        parts.append(messages)
+    parts += [f"[yellow]doubt:[/] {escape(d)}" for d in result.doubts]
+    return Group(*parts)
+
+
+def table(title: str, first: str, *columns: str) -> Table:
+    """A table whose first column names the rows; numbers right, a verdict left."""
+    out = Table(title=title)
+    out.add_column(first)
+    for column in columns:
+        out.add_column(column, justify="left" if column == "verdict" else "right")
+    return out

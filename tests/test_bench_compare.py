@@ -1,0 +1,75 @@
+"""`bench compare RUN_A RUN_B`: two recorded runs as arms A and B, and the run directories it
+reads: another schema refused, a version-1 directory read with the same figures."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from harness.analysis.summary import summarize
+from harness.cli import app
+from harness.results import load_run
+from tests.synthetic_run import ARMS, PLOTS, RATES, steady_tok_per_s, write_run
+
+SINGLE = [{**ARMS[0], "letter": letter, "name": "nightly"} for letter in "AB"]
+
+
+def test_bench_compare_two_single_arm_runs(tmp_path):
+    single = {"letters": "AA", "arms": SINGLE}
+    last = write_run(
+        tmp_path / "last", [1000.0, 1010.0, 990.0, 1005.0], **single, run_id="last-night"
+    )
+    today = write_run(tmp_path / "today", [900.0, 905.0, 890.0, 910.0], **single, run_id="today")
+    out = tmp_path / "report"
+    args = [
+        "compare",
+        str(tmp_path / "last"),
+        str(tmp_path / "today"),
+        "--json",
+        "--report",
+        str(out),
+    ]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 1, result.output  # B (today) is slower: a regression
+    data = json.loads(result.stdout[: result.stdout.rindex("}") + 1])
+    assert data["labels"] == {"A": "last-night", "B": "today"} and data["regression"]
+    headline = data["figures"][0]
+    for key, rows in (("servers_a", last), ("servers_b", today)):
+        expect = [steady_tok_per_s(rows["requests"], s) for s in rows["servers"]]
+        assert headline[key] == pytest.approx(expect, rel=1e-6)
+    assert headline["change"]["blocks"] == 2 and headline["change"]["verdict"] == "slower"
+    assert any("not interleaved" in d for d in data["doubts"])
+    md = (out / "report.md").read_text()
+    assert "| B | today: nightly |" in md and re.search(r"\| `worker.step.forward` \|", md)
+    assert all((out / "plots" / f"{p}.png").exists() for p in PLOTS)
+
+
+def test_bench_compare_refuses_another_schema(tmp_path):
+    write_run(tmp_path / "a", RATES[:4])
+    write_run(tmp_path / "b", RATES[:4])
+    manifest = json.loads((tmp_path / "b/manifest.json").read_text())
+    (tmp_path / "b/manifest.json").write_text(json.dumps(manifest | {"schema_version": 0}))
+    result = CliRunner().invoke(app, ["compare", str(tmp_path / "a"), str(tmp_path / "b")])
+    assert result.exit_code == 2 and result.output.count("error:") == 1
+    assert "has results schema 0" in " ".join(result.output.split())
+
+
+def test_a_version_1_directory_is_read_with_the_same_figures(tmp_path):
+    """Version 1 stored no letter or server on request and span rows (and no server id on
+    servers); it is read as version 2, its rows given their server's, and summarised alike."""
+    write_run(tmp_path / "run", RATES[:4])
+    manifest, frames = load_run(tmp_path / "run")
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "manifest.json").write_text(json.dumps(manifest | {"schema_version": 1}))
+    dropped = {"requests": ["letter", "server"], "spans": ["letter"], "servers": ["server"]}
+    for name, columns in dropped.items():
+        frames[name].drop(columns=columns).to_parquet(old / f"{name}.parquet")
+    manifest_1, frames_1 = load_run(old)
+    for name, frame in frames.items():
+        pd.testing.assert_frame_equal(frames_1[name], frame, check_dtype=False)
+    assert summarize(manifest_1, frames_1).to_json() == summarize(manifest, frames).to_json()

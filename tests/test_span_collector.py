@@ -1,0 +1,79 @@
+"""The span collector takes a server's windows when its worker says the last one went: no
+sleep, no window left behind, and a bounded wait for a worker that never says so."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import fields
+
+import pytest
+import zmq
+
+from engine.spans import SpanWindowRecord
+from engine.worker.timing import SpanPublisher
+from harness.analysis.schema import Slot, SpanRecord
+from harness.measure.spans import SpanCollector
+
+A0, B1 = Slot("main", "A", "A0", 0, 0), Slot("pr", "B", "B1", 0, 1)
+
+
+def window(server: str, first: int) -> list[SpanWindowRecord]:
+    sums = {"n": 10, "sum": 1e6, "p50": 1e5, "p95": 2e5, "max": 3e5}
+    times = {"start_unix": 100.0, "end_unix": 101.0}
+    name = "worker.iter_total"
+    return [SpanWindowRecord(server, name, "span", first, first + 9, 10, 2.0, **sums, **times)]
+
+
+@pytest.fixture
+def collector():
+    collector = SpanCollector()
+    yield collector
+    collector.close()
+
+
+@pytest.fixture
+def publishers(collector):
+    ctx = zmq.Context()
+    made = []
+
+    def make(server: str) -> SpanPublisher:
+        made.append(SpanPublisher(ctx, collector.address, server))
+        time.sleep(0.3)  # PUB/SUB: the subscription reaches a new publisher before it sends
+        return made[-1]
+
+    yield make
+    ctx.destroy(linger=0)
+
+
+def test_windows_are_taken_once_the_end_message_is_in(collector, publishers):
+    a0, b1 = publishers("A0"), publishers("B1")
+    for first in (1, 11, 21):
+        a0.publish(window("A0", first))
+    b1.publish(window("B1", 1))
+    a0.end()
+    start = time.monotonic()
+    taken = collector.take(A0, wait_s=10.0)
+    assert time.monotonic() - start < 2.0  # the end message, not the wait, ended it
+    assert [r.first_iter for r in taken] == [1, 11, 21]
+    assert {(r.arm, r.letter, r.server, r.block, r.slot) for r in taken} == {
+        ("main", "A", "A0", 0, 0)
+    }
+    assert collector.take(A0) == []  # taken once
+    b1.end()
+    assert [r.server for r in collector.take(B1, wait_s=10.0)] == ["B1"]
+
+
+def test_a_worker_that_never_ends_costs_the_wait_and_keeps_its_windows(collector, publishers):
+    publishers("A0").publish(window("A0", 1))
+    time.sleep(0.3)
+    start = time.monotonic()
+    taken = collector.take(A0, wait_s=0.5)
+    assert 0.5 <= time.monotonic() - start < 2.0
+    assert len(taken) == 1
+
+
+def test_a_span_row_is_the_wire_record_with_its_slot():
+    """The stored row is declared apart from the wire record (the results schema has its own
+    version); this holds the two together."""
+    row = {f.name for f in fields(SpanRecord)}
+    assert row == {f.name for f in fields(Slot)} | set(SpanWindowRecord.__struct_fields__)
