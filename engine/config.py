@@ -51,6 +51,10 @@ class EngineConfig:
     # Resources that stage host data behind a non-blocking copy (the step inputs, FlashInfer's
     # plans) keep two host buffers used in turn; off: one (the staging hazard, for an A/B).
     double_buffer: bool = True
+    # The overlapped loop: launch step N+1 (decode rows fed step N's tokens on the device)
+    # before postprocessing step N, hiding the host's work under the GPU's. Off: the strict
+    # loop (launch, wait, postprocess). On a CPU it gains nothing: the step runs at launch.
+    overlap: bool = False
     # Planted slowdown of the worker loop, for `bench power` and harness tests only.
     planted_delay_us: int = 0
 

@@ -65,6 +65,7 @@ def build_worker(
         send,
         runtime_stops=config.runtime_stops,
         planted_delay_us=config.planted_delay_us,
+        overlap=config.overlap,
     )
 
 
@@ -117,7 +118,7 @@ def _serve(worker: Worker, inbox: zmq.Socket) -> None:
     terminated = []
     signal.signal(signal.SIGTERM, lambda *_: terminated.append(True))
     while not terminated:
-        busy = worker.engine.scheduler.has_work()
+        busy = worker.has_work()
         if not busy and not poller.poll(timeout=200):
             if os.getppid() != parent:
                 return

@@ -56,6 +56,7 @@ class Worker:
         send: Callable[[object], None],
         runtime_stops: bool = True,
         planted_delay_us: int = 0,
+        overlap: bool = False,
     ):
         self.engine = engine
         self.node = node
@@ -68,6 +69,8 @@ class Worker:
             self.runtime.declare_stop_policies(walk, node.get_stop_policies(walk))
         self.postprocess = PhasedPostprocess(self.runtime)
         self._launch_ns = (0, 0, 0)  # the last launch's start, scheduled, launched (timing on)
+        self.overlap = overlap  # launch step N+1 before postprocessing step N
+        self._in_flight: PendingStep | None = None  # launched, not yet postprocessed
 
     # --- messages ------------------------------------------------------------------------
     def handle(self, msg: object) -> None:
@@ -114,16 +117,29 @@ class Worker:
             self.timer.span(lap(REMOVE_REQUEST, "log"), t2 - t1)
 
     # --- one iteration -------------------------------------------------------------------
+    def has_work(self) -> bool:
+        return self._in_flight is not None or self.engine.scheduler.has_work()
+
     def iteration(self) -> bool:
-        """Run one step if there is work; False when idle."""
-        pending = self.launch()
-        if pending is None:
+        """One step's worth of work; False when idle. Strict: launch a step, postprocess it.
+        Overlapped: launch step N+1 (its decode rows fed step N's tokens on the device), then
+        postprocess step N while N+1 runs; rows N's postprocess stops are dropped from N+1."""
+        if not self.overlap:
+            done = self.launch()
+            if done is not None:
+                self.postprocess_batch(done)
+        else:
+            done, self._in_flight = self._in_flight, self.launch(feed=self._in_flight)
+            if done is not None:
+                self.postprocess_batch(done)
+            elif self._in_flight is not None:  # the first step of a busy spell: nothing to
+                return True  # postprocess yet
+        if done is None:
             return False
-        self.postprocess_batch(pending)
         if self.timer.enabled:  # the bookkeeping after the last timestamp, out of the spans
             t3 = now_ns()
             t0, t1, t2 = self._launch_ns
-            rows = pending.rows
+            rows = done.rows
             self.timer.span(SCHEDULE, t1 - t0)
             self.timer.span(FORWARD, t2 - t1)
             self.timer.span(POSTPROCESS_BATCH, t3 - t2)
@@ -135,18 +151,15 @@ class Worker:
             self.timer.end_iteration(len(rows))
         return True
 
-    def launch(self) -> PendingStep | None:
-        """Schedule the next step and launch it; None when there is nothing to run. With
-        timing on, keeps its start, scheduled and launched times for the iteration's spans."""
-        if not self.engine.scheduler.has_work():
-            return None
+    def launch(self, feed: PendingStep | None = None) -> PendingStep | None:
+        """Schedule the next step and launch it; None when there is nothing to run. `feed`:
+        the step in flight (overlapped loop). With timing on, keeps its start, scheduled and
+        launched times for the iteration's spans."""
         timing = self.timer.enabled
         t0 = now_ns() if timing else 0
-        rows = self.engine.scheduler.schedule()
+        rows = self.engine.scheduler.schedule() if self.engine.scheduler.has_work() else []
         t1 = now_ns() if timing else 0
-        if not rows:
-            return None
-        pending = self.engine.launch(rows)
+        pending = self.engine.launch(rows, feed) if rows else None
         if timing:
             self._launch_ns = (t0, t1, now_ns())
         return pending

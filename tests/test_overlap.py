@@ -1,0 +1,75 @@
+"""The overlapped worker loop (step N+1 launched before step N is postprocessed, its decode
+rows fed N's tokens on the device) emits exactly the strict loop's frames: stops at different
+steps (EOS and max_tokens), ignore_eos, chunked prompts, an abort mid-run; nothing after a
+request's last frame (INVARIANTS 5). On a CPU the step runs at launch, so this holds the
+loop's logic; the GPU run of the same loop is tests/test_gpu.py."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from engine.config import load_scenario
+from engine.messages import Abort, AddRequest, StepFrames
+from engine.worker.main import build_worker
+from engine.worker.timing import PhaseTimer
+
+
+def _run(overlap: bool, requests: list[AddRequest], eos: list[int], abort_after: int):
+    """Frames per rid; request 0 is aborted once `abort_after` frames carried its tokens."""
+    scenario = load_scenario("qwen35", "tiny")
+    config = replace(scenario.engine, overlap=overlap, max_tokens_per_step=48, max_rows=8)
+    spec = replace(scenario.model, eos_token_ids=eos)
+    frames: list[StepFrames] = []
+    worker = build_worker(spec, config, PhaseTimer(0, "o", []), frames.append)
+    for msg in requests:
+        worker.handle(msg)
+    aborted = False
+    while worker.iteration():
+        seen = sum(1 for f in frames for t in f.frames if t.rid == 0 and t.tokens)
+        if not aborted and seen >= abort_after:
+            worker.handle(Abort(0))
+            aborted = True
+    out: dict[int, list] = {}
+    for step in frames:
+        for frame in step.frames:
+            out.setdefault(frame.rid, []).append(frame)
+    return out, worker
+
+
+def _requests(ignore_eos: bool) -> list[AddRequest]:
+    shapes = [(5, 30), (3, 1), (60, 7), (9, 12), (1, 2), (33, 17), (12, 25), (2, 9), (20, 4)]
+    return [
+        AddRequest(rid, [(7 * rid + j) % 4000 + 1 for j in range(n)], m,
+                   ignore_eos=ignore_eos or rid % 2 == 0, temperature=0)
+        for rid, (n, m) in enumerate(shapes)
+    ]  # fmt: skip
+
+
+def _tokens(frames) -> list[int]:
+    return [t for f in frames for t in f.tokens]
+
+
+def test_overlapped_loop_emits_the_strict_loops_frames():
+    # EOS ids the model really produces, at different steps of different requests.
+    probe, _ = _run(False, _requests(ignore_eos=True), [4095], abort_after=10**9)
+    eos = sorted({_tokens(probe[3])[3], _tokens(probe[5])[8], _tokens(probe[7])[1]})
+    strict, _ = _run(False, _requests(ignore_eos=False), eos, abort_after=4)
+    overlapped, worker = _run(True, _requests(ignore_eos=False), eos, abort_after=4)
+    assert set(strict) == set(overlapped)
+    reasons = {frames[-1].finish_reason for frames in strict.values()}
+    assert {"stop", "length", "abort"} <= reasons  # the workload hit every way to end
+    for rid, frames in strict.items():
+        got = overlapped[rid]
+        # Every request's last frame ends it, and none follows: no frame after a stop.
+        assert got[-1].finish_reason is not None
+        assert all(f.finish_reason is None for f in got[:-1]), rid
+        if rid == 0:  # aborted: where the abort lands depends on the loop; a prefix, ended
+            assert got[-1].finish_reason == "abort"
+            assert _tokens(got) == _tokens(frames)[: len(_tokens(got))]
+            continue
+        assert _tokens(got) == _tokens(frames), rid
+        assert got[-1].finish_reason == frames[-1].finish_reason, rid
+    # Everything returned: the pools are full again.
+    assert worker.engine.cache.pages.num_free == worker.engine.cache.pages.size
+    assert worker.engine.cache.slots.num_free == worker.engine.cache.slots.size
+    assert not worker.has_work()
