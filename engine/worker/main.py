@@ -128,7 +128,8 @@ def run(model_spec: ModelSpec, config: EngineConfig, ipc_dir: str, server: str, 
     ctx.destroy(linger=2000)  # closes the outbox and the span socket, sending what is queued
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int:
+    """The worker's exit code: 0 after a stop, 2 for a configuration error, 1 for a failure."""
     parser = argparse.ArgumentParser(prog="engine.worker.main")
     parser.add_argument("--spec", required=True, help="JSON: {model, engine, size}")
     parser.add_argument("--ipc-dir", required=True)
@@ -142,8 +143,22 @@ def main(argv: list[str] | None = None) -> None:
         run(model, engine, args.ipc_dir, args.server_id, spec["size"])
     except (ConfigError, EnvError) as exc:  # the user's to fix: one line, not a traceback
         log.error("cannot start the worker: %s", exc)
-        sys.exit(2)
+        return 2
+    except Exception:  # the server ends every open stream with an error when it sees us exit
+        log.exception("the worker failed")
+        return 1
+    return 0
+
+
+def _exit_now(code: int) -> None:
+    """Exit without the interpreter's teardown: tearing torch down takes up to a second, half
+    a graceful stop's budget (or a delay before a failure reaches the open streams), and the
+    sockets and span sinks are closed or unbuffered by now."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":
-    main()
+    _exit_now(main())

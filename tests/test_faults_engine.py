@@ -1,0 +1,451 @@
+"""Faults injected into the engine; each test makes one happen and asserts what the user sees,
+within a bound, with no process left behind (docs/RELIABILITY.md, INVARIANTS 16-20).
+
+The fast tests run the real API server in this process, on the real ZMQ link, against a
+stand-in worker they control. The `slow` ones start `python -m engine serve` and kill, stop
+or stall its processes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import queue
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import zmq
+from aiohttp import web
+
+from engine.api.server import build_app, on_ready
+from engine.api.worker_client import WorkerClient
+from engine.messages import (
+    Abort,
+    AddRequest,
+    GetStats,
+    Ready,
+    Shutdown,
+    StepFrames,
+    TokenFrame,
+    WorkerStats,
+    decode_to_worker,
+    encode,
+)
+from harness.server import ServerProcess, free_port
+from tests.conftest import Api
+
+VOCAB, MAX_LEN = 4096, 512
+STREAM_TIMEOUT_S = 10  # a stream that hangs fails the test instead of the suite
+
+
+# --- a stand-in worker, and the API server in this process --------------------------------
+
+
+class FakeWorker(threading.Thread):
+    """The worker's side of the ZMQ link: Ready, then one token per tick for each running
+    request; stats answered unless `hold_stats` is set; `raw` bytes sent as they are."""
+
+    def __init__(self, ipc: str, tick_s: float = 0.005):
+        super().__init__(daemon=True)
+        self.ipc, self.tick_s = ipc, tick_s
+        self.hold_stats = threading.Event()
+        self.stats_asked = 0
+        self.raw: queue.Queue[bytes] = queue.Queue()
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        ctx = zmq.Context()
+        inbox, outbox = ctx.socket(zmq.PULL), ctx.socket(zmq.PUSH)
+        inbox.bind(f"ipc://{self.ipc}/to_worker")
+        outbox.connect(f"ipc://{self.ipc}/from_worker")
+        outbox.send(encode(Ready("fake", "tiny", "cpu", 1, VOCAB, MAX_LEN, [])))
+        running: dict[int, int] = {}
+        held = 0
+        while not self.done.is_set():
+            while inbox.poll(0):
+                msg = decode_to_worker(inbox.recv())
+                if isinstance(msg, AddRequest):
+                    running[msg.rid] = msg.max_tokens
+                elif isinstance(msg, Abort):
+                    running.pop(msg.rid, None)
+                elif isinstance(msg, GetStats):
+                    held += 1
+                    self.stats_asked += 1
+                elif isinstance(msg, Shutdown):
+                    self.done.set()
+            while held and not self.hold_stats.is_set():
+                outbox.send(encode(WorkerStats(8, 8, 4, 4, len(running), 0)))
+                held -= 1
+            while not self.raw.empty():
+                outbox.send(self.raw.get())
+            frames = []
+            for rid in list(running):
+                running[rid] -= 1
+                last = running[rid] == 0
+                frames.append(
+                    TokenFrame(rid, [rid % VOCAB], finish_reason="length" if last else None)
+                )
+                if last:
+                    del running[rid]
+            if frames:
+                outbox.send(encode(StepFrames(frames)))
+            time.sleep(self.tick_s)
+        inbox.close(0)
+        outbox.close(0)
+        ctx.term()
+
+
+class InProcessServer:
+    """build_app + WorkerClient on an event loop in a thread, serving on a free port."""
+
+    def __init__(self):
+        self.ipc = tempfile.mkdtemp(prefix="faults-")
+        self.port = free_port()
+        self.api = Api(self.port)
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+
+    def __enter__(self) -> InProcessServer:
+        self.thread.start()
+        self.client, self.runner = self.run(self._start())
+        self.worker = FakeWorker(self.ipc)
+        self.worker.start()
+        self.run(self._ready())
+        return self
+
+    def run(self, coro, timeout: float = 10):
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def call(self, fn, *args) -> None:
+        """Run fn(*args) on the server's loop, as the server itself would."""
+
+        async def call():
+            fn(*args)
+
+        self.run(call())
+
+    async def _start(self):
+        client = WorkerClient(self.ipc)
+        client.start()
+        runner = web.AppRunner(
+            build_app(client, "fake", 1 << 20), handler_cancellation=True, shutdown_timeout=0.25
+        )
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", self.port).start()
+        return client, runner
+
+    async def _ready(self) -> None:
+        ready = await asyncio.wait_for(self.client.ready, 10)
+        on_ready(self.runner.app, ready.vocab_size, ready.max_model_len)
+
+    def __exit__(self, *exc) -> None:
+        self.run(self.runner.cleanup())
+        self.worker.done.set()
+        self.worker.join(5)
+        self.call(self.client.close)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+        self.loop.close()
+        shutil.rmtree(self.ipc, ignore_errors=True)
+
+
+@pytest.fixture
+def server():
+    with InProcessServer() as server:
+        yield server
+
+
+class Stream:
+    """A streaming completion read line by line from a raw socket, bounded in time."""
+
+    def __init__(self, port: int, **body):
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=STREAM_TIMEOUT_S)
+        payload = json.dumps(dict(body, stream=True)).encode()
+        self.sock.sendall(
+            b"POST /v1/completions HTTP/1.1\r\nHost: engine\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n" % len(payload) + payload
+        )
+        self.file = self.sock.makefile("rb")
+        status = self.file.readline()
+        assert b" 200 " in status, status
+        self.events: list[str] = []
+        self.next_event()  # the first token: the request is running
+
+    def next_event(self) -> str | None:
+        for line in self.file:
+            if line.startswith(b"data: "):
+                self.events.append(line[6:].strip().decode())
+                return self.events[-1]
+        return None
+
+    def rest(self) -> list[str]:
+        """Every event up to the end of the response (it must end: the socket times out)."""
+        while self.next_event() not in (None, "[DONE]"):
+            pass
+        self.sock.close()
+        return self.events
+
+    def ending(self) -> tuple[dict, str]:
+        """The last event before [DONE], and the last event."""
+        events = self.rest()
+        return json.loads(events[-2]), events[-1]
+
+
+def _raw_request(port: int, head: bytes) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+    sock.sendall(head)
+    return sock
+
+
+def _wait_for(condition, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
+
+
+# --- 1. a stats caller that gives up; a reader that dies -----------------------------------
+
+
+def test_a_stats_call_aborted_under_load_leaves_every_stream_running(server):
+    """`curl -m 0.002 .../v1/engine/stats` under load: the caller is gone when the answer
+    comes; the reader drops that answer and goes on routing frames (RELIABILITY 1)."""
+    streams = [Stream(server.port, prompt=[1, 2], max_tokens=200) for _ in range(8)]
+    server.worker.hold_stats.set()
+    sock = _raw_request(server.port, b"GET /v1/engine/stats HTTP/1.1\r\nHost: engine\r\n\r\n")
+    _wait_for(lambda: server.worker.stats_asked == 1, 5, "the stats request")
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+    sock.close()  # a reset: the caller gives up before the answer
+    time.sleep(0.3)  # the server sees the reset and cancels the caller's wait
+    server.worker.hold_stats.clear()  # the answer arrives for a caller that has gone
+    for stream in streams:
+        final, done = stream.ending()
+        assert done == "[DONE]" and final["choices"][0]["finish_reason"] == "length"
+        assert final["usage"]["completion_tokens"] == 200
+    status, stats = server.api.request("GET", "/v1/engine/stats", timeout=5)
+    assert status == 200 and stats["total_pages"] == 8
+    assert server.api.request("GET", "/health", timeout=5)[0] == 200
+
+
+def test_a_message_the_reader_cannot_decode_is_dropped(server):
+    stream = Stream(server.port, prompt=[1], max_tokens=50)
+    server.worker.raw.put(b"\xc1 not msgpack")
+    final, done = stream.ending()
+    assert done == "[DONE]" and final["usage"]["completion_tokens"] == 50
+
+
+def test_a_reader_that_stops_ends_every_stream_and_says_so(server, caplog):
+    """Whatever stops the reader (here its socket closed under it, which cancels it quietly)
+    is a lost worker: streams end with an error and /health turns 503 (RELIABILITY 1)."""
+    streams = [Stream(server.port, prompt=[1], max_tokens=400) for _ in range(3)]
+    server.call(server.client.from_worker.close, 0)
+    for stream in streams:
+        error, done = stream.ending()
+        assert done == "[DONE]" and "link to the worker" in error["error"]["message"]
+    status, body = server.api.request("GET", "/health", timeout=5)
+    assert status == 503 and "link to the worker" in body["reason"]
+    assert "the reader of worker messages stopped" in caplog.text
+
+
+# --- 3. the worker lost, or the server stopping --------------------------------------------
+
+
+def test_a_lost_worker_ends_every_stream_with_an_error_and_health_says_503(server):
+    streams = [Stream(server.port, prompt=[1], max_tokens=400) for _ in range(4)]
+    started = time.monotonic()
+    server.call(server.client.fail, "the worker exited with code -9")
+    for stream in streams:
+        error, done = stream.ending()
+        assert done == "[DONE]"
+        assert error["error"] == {
+            "message": "the worker exited with code -9",
+            "type": "server_error",
+        }
+    assert time.monotonic() - started < 1
+    status, body = server.api.request("GET", "/health", timeout=5)
+    assert status == 503 and body["status"] == "unavailable"
+    status, body = server.api.complete(prompt=[1], max_tokens=2)
+    assert status == 503 and "exited" in body["error"]["message"]
+    assert server.api.request("GET", "/v1/engine/stats", timeout=5)[0] == 503
+
+
+def test_a_stopping_server_ends_every_stream_with_abort(server):
+    streams = [Stream(server.port, prompt=[1], max_tokens=400) for _ in range(4)]
+    collected: list = []
+    thread = threading.Thread(
+        target=lambda: collected.append(server.api.complete(prompt=[1], max_tokens=400))
+    )
+    thread.start()
+    _wait_for(lambda: server.client.in_flight == 5, 5, "five requests in flight")
+    server.call(server.client.stop)
+    for stream in streams:
+        final, done = stream.ending()
+        assert done == "[DONE]" and final["choices"][0]["finish_reason"] == "abort"
+        assert 0 < final["usage"]["completion_tokens"] < 400
+    thread.join(5)
+    status, body = collected[0]
+    assert status == 503 and body["error"]["message"] == "the server is stopping"
+
+
+# --- end to end: `python -m engine serve` -------------------------------------------------
+
+
+@pytest.fixture
+def short_tmp():
+    """A temp directory for a server's IPC directories (short: ipc paths have a length cap)."""
+    path = tempfile.mkdtemp(prefix="ft-")
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _server(tmp: str, log: Path, **kwargs) -> ServerProcess:
+    return ServerProcess("qwen35", size="tiny", env={"TMPDIR": tmp}, log_path=log, **kwargs).start()
+
+
+def _worker_pid(server: ServerProcess) -> int:
+    found = subprocess.run(["pgrep", "-P", str(server.proc.pid)], capture_output=True, text=True)
+    pids = [int(p) for p in found.stdout.split()]
+    assert len(pids) == 1, pids
+    return pids[0]
+
+
+def _group_members(pgid: int) -> list[int]:
+    """The live processes of a process group (zombies, already dead, do not count)."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            state, _ppid, pgrp = stat.read_text().rsplit(")", 1)[1].split()[:3]
+        except (OSError, ValueError):
+            continue
+        if int(pgrp) == pgid and state != "Z":
+            members.append(int(stat.parent.name))
+    return members
+
+
+def _assert_group_gone(pgid: int, timeout: float = 5) -> None:
+    _wait_for(lambda: not _group_members(pgid), timeout, f"process group {pgid} to end")
+
+
+def _exit_code_within(server: ServerProcess, seconds: float) -> int:
+    try:
+        return server.proc.wait(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the server was still running {seconds} s after the fault")
+
+
+def _log_after(log: Path, marker: str) -> list[str]:
+    lines = log.read_text().splitlines()
+    start = max(i for i, line in enumerate(lines) if marker in line)
+    return lines[start + 1 :]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_killed_worker_ends_streams_at_once_and_the_server_exits_1(short_tmp, tmp_path):
+    log = tmp_path / "server.log"
+    server = _server(short_tmp, log)
+    try:
+        server.wait_healthy(90)
+        streams = [
+            Stream(server.port, prompt=[1, 2, 3], max_tokens=400, ignore_eos=True) for _ in range(4)
+        ]
+        os.kill(_worker_pid(server), signal.SIGKILL)
+        killed = time.monotonic()
+        for stream in streams:
+            error, done = stream.ending()
+            assert done == "[DONE]" and error["error"]["type"] == "server_error"
+            assert "the worker exited with code -9" in error["error"]["message"]
+        assert time.monotonic() - killed < 2
+        assert _exit_code_within(server, 2 - (time.monotonic() - killed)) == 1
+        after = _log_after(log, "listening on")
+        assert len(after) == 1 and "the worker exited with code -9; stopping" in after[0], after
+        _assert_group_gone(server.proc.pid)
+        assert not list(Path(short_tmp).glob("engine-ipc-*"))
+    finally:
+        server.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_sigterm_with_streams_open_aborts_them_and_exits_0_within_2s(short_tmp, tmp_path):
+    server = _server(short_tmp, tmp_path / "server.log")
+    try:
+        server.wait_healthy(90)
+        streams = [
+            Stream(server.port, prompt=[1, 2, 3], max_tokens=400, ignore_eos=True) for _ in range(3)
+        ]
+        os.killpg(server.proc.pid, signal.SIGTERM)  # as the harness stops a server
+        stopped = time.monotonic()
+        for stream in streams:
+            final, done = stream.ending()
+            assert done == "[DONE]" and final["choices"][0]["finish_reason"] == "abort"
+        assert _exit_code_within(server, 2) == 0
+        assert time.monotonic() - stopped < 2
+        _assert_group_gone(server.proc.pid)
+        assert not list(Path(short_tmp).glob("engine-ipc-*"))
+    finally:
+        server.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_stats_call_aborted_while_the_worker_stalls_wedges_nothing(short_tmp, tmp_path):
+    """The issue's reproduction, made certain: the worker is stopped (SIGSTOP) while the stats
+    caller gives up, so the answer comes after the caller has gone (RELIABILITY 1)."""
+    server = _server(short_tmp, tmp_path / "server.log")
+    try:
+        server.wait_healthy(90)
+        api = Api(server.port)
+        streams = [
+            Stream(server.port, prompt=[i + 1] * 4, max_tokens=60, ignore_eos=True)
+            for i in range(8)
+        ]
+        worker = _worker_pid(server)
+        os.kill(worker, signal.SIGSTOP)
+        try:
+            sock = _raw_request(server.port, b"GET /v1/engine/stats HTTP/1.1\r\nHost: e\r\n\r\n")
+            time.sleep(0.2)
+            sock.close()
+            time.sleep(0.3)
+        finally:
+            os.kill(worker, signal.SIGCONT)
+        for stream in streams:
+            final, done = stream.ending()
+            assert done == "[DONE]" and final["usage"]["completion_tokens"] == 60
+        status, stats = api.request("GET", "/v1/engine/stats", timeout=5)
+        assert status == 200 and stats["running"] == 0
+        assert api.request("GET", "/health", timeout=5)[0] == 200
+    finally:
+        server.stop()
+    _assert_group_gone(server.proc.pid)
+
+
+@pytest.mark.slow
+def test_tiny_temperature_and_top_p_sample_safely_end_to_end(tiny_server):
+    """Values validation admits that used to crash the worker (RELIABILITY 2)."""
+    prompt = [3, 1, 4, 1, 5]
+    status, greedy = tiny_server.complete(
+        prompt=prompt, max_tokens=6, temperature=0, ignore_eos=True
+    )
+    assert status == 200
+    for sampling in (
+        dict(temperature=1e-40),
+        dict(temperature=5e-324, seed=3),
+        dict(top_p=1e-300),
+        dict(top_p=5e-324, temperature=2.0, seed=1),
+    ):
+        status, body = tiny_server.complete(
+            prompt=prompt, max_tokens=6, ignore_eos=True, **sampling
+        )
+        assert status == 200, (sampling, body)
+        assert body["choices"][0]["token_ids"] == greedy["choices"][0]["token_ids"], sampling
+    status, body = tiny_server.complete(prompt=prompt, max_tokens=6, temperature=1e300, top_k=5)
+    assert status == 200 and len(body["choices"][0]["token_ids"]) == 6
