@@ -9,6 +9,7 @@ or stall its processes.
 from __future__ import annotations
 
 import asyncio
+import http.client
 import json
 import os
 import queue
@@ -24,6 +25,8 @@ from pathlib import Path
 import pytest
 import zmq
 from aiohttp import web
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from engine.api.server import build_app, on_ready
 from engine.api.worker_client import WorkerClient
@@ -295,6 +298,99 @@ def test_a_stopping_server_ends_every_stream_with_abort(server):
     assert status == 503 and body["error"]["message"] == "the server is stopping"
 
 
+# --- 4. any request body: a 4xx or a 200, never a 500 --------------------------------------
+
+DEEP = 100_000
+PATHOLOGICAL = [
+    b"[" * DEEP + b"]" * DEEP,  # RecursionError in the parser
+    b'{"prompt": [1], "user": ' + b"[" * 990 + b"]" * 990 + b"}",  # parses; deep under a key
+    b'{"prompt": [1], "n": ' + b"[" * 990 + b"]" * 990 + b"}",  # and named in an error message
+    b'{"prompt": [1], "max_tokens": ' + b"9" * 5000 + b"}",  # over Python's 4300 digits
+    b'{"prompt": [1], "temperature": ' + b"9" * 400 + b"}",  # an int no float can hold
+    b'{"prompt": [1], "temperature": 1e999}',  # inf
+    b'{"prompt": [1], "temperature": NaN}',
+    b'{"prompt": [1], "top_p": -Infinity}',
+    b'{"prompt": [1], "top_p": 1e-400}',  # 0.0
+    b'{"prompt": [1], "seed": -' + b"9" * 30 + b"}",
+    b'{"prompt": [1], "model": ["qwen35"]}',
+    b'{"prompt": [1], "model": {"a": [1]}}',
+    b'{"prompt": [1e308]}',
+    b'{"prompt": [1], "stream_options": [1]}',
+    b'{"prompt": [1], "' + b"k" * 100_000 + b'": 1}',
+    b'{"prompt": [1], "user": "\\ud800"}',  # a lone surrogate
+    b'{"prompt": [1], "\\udfff": 1}',
+    b"\xff\xfe\x00\x00garbage",  # looks like UTF-32, is not
+    b'{"prompt": [1], "user": "\xe9"}',  # not UTF-8
+    b"\xef\xbb\xbf{}",  # a UTF-8 byte-order mark
+    b"",
+    b"null",
+    b'"a string"',
+    b"1e999999",
+    b'{"prompt": [1]} trailing',
+    b'{"prompt": [1],}',
+]
+REFUSALS = {400, 404, 413}
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+near_valid = st.fixed_dictionaries(
+    {},
+    optional={
+        "prompt": st.lists(st.integers(-2, VOCAB + 2), max_size=6) | json_values,
+        "max_tokens": st.integers(-2, MAX_LEN + 2) | json_values,
+        "temperature": st.floats() | st.integers() | json_values,
+        "top_p": st.floats() | json_values,
+        "top_k": st.integers() | json_values,
+        "seed": st.integers() | json_values,
+        "logprobs": st.sampled_from([None, True, False, 0, 1]) | json_values,
+        "stream": st.booleans() | json_values,
+        "model": st.sampled_from(["fake", "other"]) | json_values,
+        "ignore_eos": st.booleans() | json_values,
+        "n": st.sampled_from([1, 2]) | json_values,
+        "stop": json_values,
+    },
+)
+bodies = st.one_of(
+    near_valid.map(lambda body: json.dumps(body).encode()),  # NaN and Infinity included
+    json_values.map(lambda value: json.dumps(value).encode()),
+    st.binary(max_size=64),
+    st.sampled_from(PATHOLOGICAL),
+)
+
+
+def _post(port: int, raw: bytes) -> tuple[int, bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request("POST", "/v1/completions", body=raw)
+        resp = conn.getresponse()
+        return resp.status, resp.read()
+    finally:
+        conn.close()
+
+
+@pytest.fixture(scope="module")
+def shared_server():
+    with InProcessServer() as server:
+        yield server
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(raw=bodies)
+def test_any_request_body_gets_a_refusal_or_a_completion(shared_server, raw):
+    """Fuzzed and pathological bodies: 200 or a 4xx with a JSON error, never a 500
+    (RELIABILITY 4)."""
+    status, body = _post(shared_server.port, raw)
+    assert status == 200 or status in REFUSALS, (status, body[:300])
+    if status != 200:
+        error = json.loads(body)["error"]
+        assert error["message"] and len(error["message"]) < 1000
+
+
 # --- end to end: `python -m engine serve` -------------------------------------------------
 
 
@@ -449,3 +545,12 @@ def test_tiny_temperature_and_top_p_sample_safely_end_to_end(tiny_server):
         assert body["choices"][0]["token_ids"] == greedy["choices"][0]["token_ids"], sampling
     status, body = tiny_server.complete(prompt=prompt, max_tokens=6, temperature=1e300, top_k=5)
     assert status == 200 and len(body["choices"][0]["token_ids"]) == 6
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("raw", PATHOLOGICAL, ids=[str(i) for i in range(len(PATHOLOGICAL))])
+def test_pathological_bodies_are_refused_end_to_end(tiny_server, raw):
+    status, body = tiny_server.request("POST", "/v1/completions", raw, timeout=30)
+    assert status == 200 or status in REFUSALS, (status, body)
+    ok, good = tiny_server.complete(prompt=[1, 2], max_tokens=2)
+    assert ok == 200 and len(good["choices"][0]["token_ids"]) == 2

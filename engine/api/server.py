@@ -1,7 +1,8 @@
 """The OpenAI-compatible HTTP API: /v1/completions (SSE streaming), /health, /v1/models.
 
-Every request is validated before it reaches the worker (validate.py). A client that goes
-away mid-stream aborts its request, so the worker frees its pages and slot. When the worker is gone or the server stops, every open stream ends at
+Every request is validated before it reaches the worker (validate.py): any body gets a 4xx or
+a 200, never a 500. A client that goes away mid-stream aborts its request, so the worker frees
+its pages and slot. When the worker is gone or the server stops, every open stream ends at
 once (docs/RELIABILITY.md).
 """
 
@@ -85,11 +86,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
     client, state = request.app[CLIENT], request.app[STATE]
     if state["limits"] is None:
         raise ApiError(503, "the worker is still starting; poll /health")
-    try:
-        body = json.loads(await request.read())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ApiError(400, f"malformed JSON body: {exc}") from None
-    params = validate_completion(body, state["limits"])
+    params = validate_completion(_parse_json(await request.read()), state["limits"])
     rid, queue = client.submit(lambda rid: _add_request(rid, params))
     state["max_in_flight"] = max(state["max_in_flight"], client.in_flight)
     done = False
@@ -102,6 +99,20 @@ async def completions(request: web.Request) -> web.StreamResponse:
         return response
     finally:
         client.release(rid, abort=not done)
+
+
+def _not_json(constant: str):
+    raise ValueError(f"{constant} is not JSON")
+
+
+def _parse_json(raw: bytes) -> object:
+    """A request body as JSON; anything else, however pathological, is a 400."""
+    try:
+        return json.loads(raw, parse_constant=_not_json)
+    except RecursionError:
+        raise ApiError(400, "malformed JSON body: nested too deeply") from None
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, an int over 4300 digits
+        raise ApiError(400, f"malformed JSON body: {str(exc)[:200]}") from None
 
 
 def _add_request(rid: int, p: CompletionParams) -> AddRequest:
