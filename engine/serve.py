@@ -12,16 +12,15 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 from dataclasses import asdict
 
 from aiohttp import web
 
+from engine import ipc_dirs
 from engine.api.server import build_app, on_ready
 from engine.api.worker_client import WorkerClient
 from engine.config import Scenario
@@ -133,7 +132,10 @@ async def _wait_worker(proc: subprocess.Popen, exited: asyncio.Future) -> None:
 
 def serve(scenario: Scenario, host: str, port: int, server_id: str | None = None) -> int:
     sock = _bind(host, port)
-    ipc_path = tempfile.mkdtemp(prefix="engine-ipc-")
+    reclaimed = ipc_dirs.reclaim_stale()
+    if reclaimed:
+        log.info("removed %d IPC directories left by servers that died", len(reclaimed))
+    ipc_path = ipc_dirs.create()
     server_id = server_id or str(sock.getsockname()[1])
     log.info(
         "starting scenario=%s size=%s (%s) device=%s",
@@ -146,4 +148,4 @@ def serve(scenario: Scenario, host: str, port: int, server_id: str | None = None
         return asyncio.run(_serve(scenario, sock, ipc_path, server_id))
     finally:
         sock.close()
-        shutil.rmtree(ipc_path, ignore_errors=True)
+        ipc_dirs.remove(ipc_path)

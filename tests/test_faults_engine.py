@@ -17,6 +17,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -28,6 +29,7 @@ from aiohttp import web
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from engine import ipc_dirs
 from engine.api.server import build_app, on_ready
 from engine.api.worker_client import WorkerClient
 from engine.messages import (
@@ -391,6 +393,37 @@ def test_any_request_body_gets_a_refusal_or_a_completion(shared_server, raw):
         assert error["message"] and len(error["message"]) < 1000
 
 
+# --- 5. IPC directories --------------------------------------------------------------------
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_stale_ipc_directories_are_reclaimed_and_live_ones_kept(tmp_path):
+    def made(name: str, owner: str | None) -> Path:
+        path = tmp_path / f"{ipc_dirs.PREFIX}{name}"
+        path.mkdir()
+        (path / "from_worker").write_text("")
+        if owner is not None:
+            (path / ipc_dirs.OWNER_FILE).write_text(owner)
+        return path
+
+    me = f"{os.getpid()} {ipc_dirs._start_time(os.getpid())}"
+    alive = made("alive", me)
+    dead = made("dead", f"{_dead_pid()} 12345")
+    reused = made("reused", f"{os.getpid()} 1")  # our pid, another process's start time
+    no_owner = made("no-owner", None)
+    half_written = made("half-written", "")
+    other = tmp_path / "not-ours"
+    other.mkdir()
+    removed = ipc_dirs.reclaim_stale(str(tmp_path))
+    assert sorted(removed) == sorted([str(dead), str(reused)])
+    assert alive.exists() and no_owner.exists() and half_written.exists() and other.exists()
+
+
 # --- end to end: `python -m engine serve` -------------------------------------------------
 
 
@@ -554,3 +587,31 @@ def test_pathological_bodies_are_refused_end_to_end(tiny_server, raw):
     assert status == 200 or status in REFUSALS, (status, body)
     ok, good = tiny_server.complete(prompt=[1, 2], max_tokens=2)
     assert ok == 200 and len(good["choices"][0]["token_ids"]) == 2
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_ipc_directories_of_killed_servers_are_removed(short_tmp, tmp_path):
+    """SIGKILL of the whole group leaves the directory; the next server reclaims it. SIGKILL of
+    the API server alone: its worker removes it on the way out (RELIABILITY 5)."""
+    first = _server(short_tmp, tmp_path / "first.log")
+    try:
+        first.wait_healthy(90)
+        (left,) = Path(short_tmp).glob("engine-ipc-*")
+        os.killpg(first.proc.pid, signal.SIGKILL)
+        first.proc.wait(5)
+        _assert_group_gone(first.proc.pid)
+        assert left.exists()
+    finally:
+        first.stop()
+    second = _server(short_tmp, tmp_path / "second.log")
+    try:
+        second.wait_healthy(90)
+        assert not left.exists()
+        (own,) = Path(short_tmp).glob("engine-ipc-*")
+        second.proc.send_signal(signal.SIGKILL)
+        second.proc.wait(5)
+        _wait_for(lambda: not own.exists(), 10, "the orphaned worker to remove the directory")
+        _assert_group_gone(second.proc.pid)
+    finally:
+        second.stop()

@@ -2,7 +2,8 @@
 
 Started by the API server as `python -m engine.worker.main --scenario-json ... --ipc-dir ...`
 (a fresh interpreter: nothing is pickled across the boundary). It exits on a Shutdown
-message, on SIGTERM, or when its parent dies.
+message, on SIGTERM, or when its parent dies; a worker that outlives its API server removes
+the IPC directory the server could not.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import msgspec
 import torch
 import zmq
 
-from engine import env
+from engine import env, ipc_dirs
 from engine.config import ConfigError, EngineConfig, ModelSpec
 from engine.env import EnvError
 from engine.messages import Ready, Shutdown, decode_to_worker, encode
@@ -126,6 +127,8 @@ def run(model_spec: ModelSpec, config: EngineConfig, ipc_dir: str, server: str, 
     timer.flush()  # the last, partial window
     inbox.close(0)
     ctx.destroy(linger=2000)  # closes the outbox and the span socket, sending what is queued
+    if os.getppid() != parent:  # the API server died without removing it
+        ipc_dirs.remove(ipc_dir)
 
 
 def main(argv: list[str] | None = None) -> int:
