@@ -144,8 +144,10 @@ def test_any_admitted_value_samples_a_usable_token(data, logits):
     for row, (token, p) in enumerate(zip(tokens.tolist(), params, strict=True)):
         if (usable[row] > float("-inf")).any():
             assert usable[row, token] > float("-inf")
-            if p.top_k:
-                assert (usable[row] > usable[row, token]).sum() < p.top_k
+        if p.top_k:  # ranked as the sampler sees them: at 1e38, logits 0 and 1 scale alike
+            temperature = torch.tensor([effective_temperature(p.temperature) or 1.0])
+            scaled = scale_logits(logits[row : row + 1], temperature)[0]
+            assert (scaled > scaled[token]).sum() < p.top_k
 
 
 @settings(max_examples=200, deadline=None)
