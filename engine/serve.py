@@ -126,6 +126,7 @@ async def _wait_worker(proc: subprocess.Popen, exited: asyncio.Future) -> None:
     try:
         await asyncio.wait_for(asyncio.shield(exited), WORKER_EXIT_S)
     except TimeoutError:
+        log.warning("the worker did not exit within %g s of Shutdown; killing it", WORKER_EXIT_S)
         proc.kill()
         await exited
 
