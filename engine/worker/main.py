@@ -2,8 +2,8 @@
 
 Started by the API server as `python -m engine.worker.main --scenario-json ... --ipc-dir ...`
 (a fresh interpreter: nothing is pickled across the boundary). It exits on a Shutdown
-message, on SIGTERM, or when its parent dies; a worker that outlives its API server removes
-the IPC directory the server could not.
+message, on SIGTERM, or when its parent dies (SIGHUP from the kernel); a worker that
+outlives its API server removes the IPC directory the server could not.
 """
 
 from __future__ import annotations
@@ -34,10 +34,12 @@ log = logging.getLogger("engine.worker")
 
 
 def _die_with_parent() -> None:
-    """Linux: SIGTERM this process when the API server dies, so no worker is orphaned."""
+    """Linux: SIGHUP this process when the API server dies, so no worker is orphaned. Not
+    SIGTERM, which stops it too: SIGHUP says the server is gone, which getppid() cannot say
+    yet when the server's main thread has died and its other threads have not."""
     try:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        libc.prctl(1, signal.SIGHUP)  # PR_SET_PDEATHSIG
     except OSError:
         pass
 
@@ -88,6 +90,12 @@ def run(model_spec: ModelSpec, config: EngineConfig, ipc_dir: str, server: str, 
         runtime_stops=config.runtime_stops,
         planted_delay_us=config.planted_delay_us,
     )
+    # From Ready on, SIGTERM (a stop) and SIGHUP (the API server died) end the loop, so the
+    # exit below runs: installed before Ready, since a server may be killed as soon as it is.
+    parent = os.getppid()
+    ended: list[str] = []
+    signal.signal(signal.SIGTERM, lambda *_: ended.append("stop"))
+    signal.signal(signal.SIGHUP, lambda *_: ended.append("orphaned"))
     send(
         Ready(
             model=model_spec.arch,
@@ -101,13 +109,11 @@ def run(model_spec: ModelSpec, config: EngineConfig, ipc_dir: str, server: str, 
     )
     poller = zmq.Poller()
     poller.register(inbox, zmq.POLLIN)
-    parent = os.getppid()
-    terminated = []
-    signal.signal(signal.SIGTERM, lambda *_: terminated.append(True))
-    while not terminated:
+    while not ended:
         busy = engine.scheduler.has_work()
         if not busy and not poller.poll(timeout=200):
             if os.getppid() != parent:
+                ended.append("orphaned")
                 break
             continue
         stop = False
@@ -127,7 +133,7 @@ def run(model_spec: ModelSpec, config: EngineConfig, ipc_dir: str, server: str, 
     timer.flush()  # the last, partial window
     inbox.close(0)
     ctx.destroy(linger=2000)  # closes the outbox and the span socket, sending what is queued
-    if os.getppid() != parent:  # the API server died without removing it
+    if "orphaned" in ended:  # the API server died without removing it
         ipc_dirs.remove(ipc_dir)
 
 
