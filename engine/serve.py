@@ -2,7 +2,9 @@
 
 The API server binds its port first (a port in use fails at once), starts the worker as a
 fresh interpreter, and answers /health with 200 once the worker reports Ready. SIGINT or
-SIGTERM stops both, removes the per-server IPC directory and frees the port.
+SIGTERM ends the open streams (abort) and stops both within 2 s, removes the per-server IPC
+directory and frees the port. A worker that dies (or a link to it that fails) ends every
+open stream with an error event, and the server exits with code 1 and one log line.
 """
 
 from __future__ import annotations
@@ -10,16 +12,15 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 from dataclasses import asdict
 
 from aiohttp import web
 
+from engine import ipc_dirs
 from engine.api.server import build_app, on_ready
 from engine.api.worker_client import WorkerClient
 from engine.config import Scenario
@@ -45,7 +46,7 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _worker_command(scenario: Scenario, ipc_dir: str, server_id: str) -> list[str]:
+def _worker_command(scenario: Scenario, ipc_path: str, server_id: str) -> list[str]:
     spec = {
         "model": asdict(scenario.model),
         "engine": asdict(scenario.engine),
@@ -58,32 +59,40 @@ def _worker_command(scenario: Scenario, ipc_dir: str, server_id: str) -> list[st
         "--spec",
         json.dumps(spec),
         "--ipc-dir",
-        ipc_dir,
+        ipc_path,
         "--server-id",
         server_id,
     ]
 
 
-async def _serve(scenario: Scenario, sock: socket.socket, ipc_dir: str, server_id: str) -> int:
+# How long each part of a stop may take; together well under 2 s (docs/RELIABILITY.md).
+HANDLERS_GRACE_S = 0.25  # open handlers finish writing their last event (aiohttp waits 2x)
+WORKER_EXIT_S = 1.0  # the worker exits after Shutdown, else it is killed
+
+
+async def _serve(scenario: Scenario, sock: socket.socket, ipc_path: str, server_id: str) -> int:
     host, port = sock.getsockname()[:2]
-    client = WorkerClient(ipc_dir)
+    client = WorkerClient(ipc_path)
     client.start()
     max_body = max(1 << 20, scenario.engine.max_model_len * 16 + (64 << 10))
     app = build_app(client, scenario.name, max_body)
-    runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+    runner = web.AppRunner(
+        app, handler_cancellation=True, access_log=None, shutdown_timeout=HANDLERS_GRACE_S
+    )
     await runner.setup()
     await web.SockSite(runner, sock).start()
-    worker = subprocess.Popen(_worker_command(scenario, ipc_dir, server_id))
+    worker = subprocess.Popen(_worker_command(scenario, ipc_path, server_id))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    code = 0
     stopped = asyncio.ensure_future(stop.wait())
     exited = asyncio.ensure_future(asyncio.to_thread(worker.wait))  # one waiter thread
+    ends = [stopped, exited, client.lost]
+    code = 0
     try:
-        await asyncio.wait([client.ready, stopped, exited], return_when=asyncio.FIRST_COMPLETED)
-        if client.ready.done():
+        await asyncio.wait([client.ready, *ends], return_when=asyncio.FIRST_COMPLETED)
+        if not any(end.done() for end in ends):
             ready = client.ready.result()
             on_ready(app, ready.vocab_size, ready.max_model_len)
             log.info(
@@ -95,32 +104,39 @@ async def _serve(scenario: Scenario, sock: socket.socket, ipc_dir: str, server_i
                 ready.device,
                 f"{ready.parameters:,}",
             )
-            await asyncio.wait([stopped, exited], return_when=asyncio.FIRST_COMPLETED)
-        if worker.poll() is not None:
-            log.error("the worker exited with code %s; stopping", worker.returncode)
+            await asyncio.wait(ends, return_when=asyncio.FIRST_COMPLETED)
+        if stopped.done():
+            client.stop()  # open streams end with finish_reason "abort"
+        else:  # the worker died, or the link to it failed: every open stream ends in error
+            if exited.done():
+                client.fail(f"the worker exited with code {worker.returncode}")
+            log.error("%s; stopping", client.lost.result())
             code = 1
     finally:
+        await runner.cleanup()  # the open handlers finish their last event; the port is freed
+        client.shutdown_worker()
+        await _wait_worker(worker, exited)
         client.close()
-        await runner.cleanup()
-        _stop_worker(worker)
+        stopped.cancel()
     return code
 
 
-def _stop_worker(proc: subprocess.Popen) -> None:
+async def _wait_worker(proc: subprocess.Popen, exited: asyncio.Future) -> None:
+    """Give the worker WORKER_EXIT_S to exit after Shutdown, then kill it."""
     try:
-        proc.wait(timeout=5)  # it got Shutdown
-    except subprocess.TimeoutExpired:
-        proc.terminate()
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        await asyncio.wait_for(asyncio.shield(exited), WORKER_EXIT_S)
+    except TimeoutError:
+        log.warning("the worker did not exit within %g s of Shutdown; killing it", WORKER_EXIT_S)
+        proc.kill()
+        await exited
 
 
 def serve(scenario: Scenario, host: str, port: int, server_id: str | None = None) -> int:
     sock = _bind(host, port)
-    ipc_dir = tempfile.mkdtemp(prefix="engine-ipc-")
+    reclaimed = ipc_dirs.reclaim_stale()
+    if reclaimed:
+        log.info("removed %d IPC directories left by servers that died", len(reclaimed))
+    ipc_path = ipc_dirs.create()
     server_id = server_id or str(sock.getsockname()[1])
     log.info(
         "starting scenario=%s size=%s (%s) device=%s",
@@ -130,7 +146,7 @@ def serve(scenario: Scenario, host: str, port: int, server_id: str | None = None
         scenario.engine.device,
     )
     try:
-        return asyncio.run(_serve(scenario, sock, ipc_dir, server_id))
+        return asyncio.run(_serve(scenario, sock, ipc_path, server_id))
     finally:
         sock.close()
-        shutil.rmtree(ipc_dir, ignore_errors=True)
+        ipc_dirs.remove(ipc_path)

@@ -5,9 +5,11 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -209,13 +211,15 @@ def test_forced_eos_ends_with_stop(reference_model):
         assert body["choices"][0]["finish_reason"] == "length"
 
 
-def test_sigterm_stops_both_processes_and_frees_the_port(tmp_path: Path):
+def test_sigterm_stops_both_processes_and_frees_the_port():
     port = free_port()
+    tmp = Path(tempfile.mkdtemp(prefix="ts-"))  # its own: other servers come and go in /tmp
     proc = subprocess.Popen(
         [sys.executable, "-m", "engine", "serve", "qwen35", "--size", "tiny", "--port", str(port)],
-        stdout=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
         stderr=subprocess.STDOUT,
         start_new_session=True,
+        env={**os.environ, "TMPDIR": str(tmp)},
     )
     from tests.conftest import Api
 
@@ -230,14 +234,15 @@ def test_sigterm_stops_both_processes_and_frees_the_port(tmp_path: Path):
     children = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True)
     worker_pids = [int(p) for p in children.stdout.split()]
     assert worker_pids, "no worker process"
-    ipc_dirs_before = set(Path("/tmp").glob("engine-ipc-*"))
+    assert len(list(tmp.glob("engine-ipc-*"))) == 1
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == 0
     for pid in worker_pids:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
     assert not port_in_use(port)
-    assert len(set(Path("/tmp").glob("engine-ipc-*"))) < len(ipc_dirs_before) or not ipc_dirs_before
+    assert not list(tmp.glob("engine-ipc-*"))
+    shutil.rmtree(tmp)
 
 
 def test_port_in_use_is_one_line_error():

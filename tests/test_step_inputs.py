@@ -1,5 +1,5 @@
 """Staged step inputs: one buffer, fixed field addresses, and decode steps padded to a graph
-bucket whose padding rows touch only the cache's sink page and sink slot (INVARIANTS 13)."""
+bucket whose padding rows touch only the cache's sink page and sink slot (INVARIANTS 25)."""
 
 from __future__ import annotations
 

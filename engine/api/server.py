@@ -1,7 +1,9 @@
 """The OpenAI-compatible HTTP API: /v1/completions (SSE streaming), /health, /v1/models.
 
-Every request is validated before it reaches the worker (validate.py). A client that goes
-away mid-stream aborts its request, so the worker frees its pages and slot.
+Every request is validated before it reaches the worker (validate.py): any body gets a 4xx or
+a 200, never a 500. A client that goes away mid-stream aborts its request, so the worker frees
+its pages and slot. When the worker is gone or the server stops, every open stream ends at
+once (docs/RELIABILITY.md).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import msgspec.structs
 from aiohttp import web
 
 from engine.api.validate import ApiError, CompletionParams, Limits, validate_completion
-from engine.api.worker_client import WorkerClient
+from engine.api.worker_client import STATS_TIMEOUT_S, WorkerClient, WorkerUnavailable
 from engine.messages import AddRequest, TokenFrame
 
 log = logging.getLogger("engine.api")
@@ -42,6 +44,8 @@ async def errors_as_json(request: web.Request, handler):
         return _error(ApiError(413, f"request body too large ({exc.text})"))
     except ApiError as err:
         return _error(err)
+    except WorkerUnavailable as exc:
+        return _error(ApiError(503, str(exc)))
     except web.HTTPException:
         raise
     except Exception:  # a bug: log it whole, answer JSON, keep serving
@@ -50,6 +54,8 @@ async def errors_as_json(request: web.Request, handler):
 
 
 async def health(request: web.Request) -> web.Response:
+    if reason := request.app[CLIENT].unavailable:
+        return web.json_response({"status": "unavailable", "reason": reason}, status=503)
     if request.app[STATE]["limits"] is None:
         return web.json_response({"status": "starting"}, status=503)
     return web.json_response({"status": "ok"})
@@ -68,7 +74,10 @@ async def models(request: web.Request) -> web.Response:
 
 async def engine_stats(request: web.Request) -> web.Response:
     client, state = request.app[CLIENT], request.app[STATE]
-    stats = msgspec.structs.asdict(await client.stats())
+    try:
+        stats = msgspec.structs.asdict(await client.stats())
+    except TimeoutError:
+        raise ApiError(504, f"the worker did not answer within {STATS_TIMEOUT_S:g} s") from None
     stats.update(in_flight=client.in_flight, max_in_flight=state["max_in_flight"])
     return web.json_response(stats)
 
@@ -77,11 +86,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
     client, state = request.app[CLIENT], request.app[STATE]
     if state["limits"] is None:
         raise ApiError(503, "the worker is still starting; poll /health")
-    try:
-        body = json.loads(await request.read())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ApiError(400, f"malformed JSON body: {exc}") from None
-    params = validate_completion(body, state["limits"])
+    params = validate_completion(_parse_json(await request.read()), state["limits"])
     rid, queue = client.submit(lambda rid: _add_request(rid, params))
     state["max_in_flight"] = max(state["max_in_flight"], client.in_flight)
     done = False
@@ -89,11 +94,25 @@ async def completions(request: web.Request) -> web.StreamResponse:
         if params.stream:
             response = await _stream(request, rid, queue, params, state["model"])
         else:
-            response = await _collect(rid, queue, params, state["model"])
+            response = await _collect(client, rid, queue, params, state["model"])
         done = True
         return response
     finally:
         client.release(rid, abort=not done)
+
+
+def _not_json(constant: str):
+    raise ValueError(f"{constant} is not JSON")
+
+
+def _parse_json(raw: bytes) -> object:
+    """A request body as JSON; anything else, however pathological, is a 400."""
+    try:
+        return json.loads(raw, parse_constant=_not_json)
+    except RecursionError:
+        raise ApiError(400, "malformed JSON body: nested too deeply") from None
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, an int over 4300 digits
+        raise ApiError(400, f"malformed JSON body: {str(exc)[:200]}") from None
 
 
 def _add_request(rid: int, p: CompletionParams) -> AddRequest:
@@ -161,7 +180,7 @@ async def _stream(request, rid, queue, params: CompletionParams, model: str):
         return response
 
 
-async def _collect(rid, queue, params: CompletionParams, model: str) -> web.Response:
+async def _collect(client, rid, queue, params: CompletionParams, model: str) -> web.Response:
     tokens: list[int] = []
     logprobs: list[float] = []
     while True:
@@ -170,8 +189,9 @@ async def _collect(rid, queue, params: CompletionParams, model: str) -> web.Resp
         logprobs.extend(frame.logprobs or [])
         if frame.finish_reason is not None:
             break
-    if frame.finish_reason == "error":
-        raise ApiError(500, frame.error or "generation failed")
+    if frame.finish_reason in ("error", "abort"):  # abort: ended by the server, not the client
+        status = 503 if client.unavailable else 500
+        raise ApiError(status, frame.error or client.unavailable or "generation failed")
     merged = TokenFrame(rid, tokens, logprobs if params.logprobs else None)
     choice = _choice(merged, frame.finish_reason, "".join(token_text(t) for t in tokens))
     body = {

@@ -6,6 +6,9 @@ defaulted past what the OpenAI API itself defaults.
 
 from __future__ import annotations
 
+import math
+import reprlib
+from collections.abc import Callable
 from dataclasses import dataclass
 
 INT32_MAX = 2**31 - 1
@@ -74,6 +77,15 @@ _ACCEPTED = {
 }
 
 
+_SHORT = reprlib.Repr()
+_SHORT.maxlevel, _SHORT.maxstring, _SHORT.maxother, _SHORT.maxlong = 2, 60, 60, 40
+
+
+def _show(value) -> str:
+    """A value in an error message: cut short, whatever its size or nesting."""
+    return _SHORT.repr(value)
+
+
 def _is_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -87,14 +99,27 @@ def _int_field(body: dict, name: str, default, low: int, high: int, what: str):
     if value is None and default is None:
         return None
     if not _is_int(value) or not low <= value <= high:
-        raise ApiError(400, f"{name} must be {what}, got {value!r}", name)
+        raise ApiError(400, f"{name} must be {what}, got {_show(value)}", name)
     return value
+
+
+def _float_field(body: dict, name: str, default: float, ok: Callable[[float], bool], what: str):
+    """A finite number that passes `ok`; an int too large for a float is refused too."""
+    value = body.get(name, default)
+    if _is_number(value):
+        try:
+            number = float(value)
+        except OverflowError:
+            number = math.inf
+        if math.isfinite(number) and ok(number):
+            return number
+    raise ApiError(400, f"{name} must be {what}, got {_show(value)}", name)
 
 
 def _bool_field(body: dict, name: str, default: bool) -> bool:
     value = body.get(name, default)
     if not isinstance(value, bool):
-        raise ApiError(400, f"{name} must be true or false, got {value!r}", name)
+        raise ApiError(400, f"{name} must be true or false, got {_show(value)}", name)
     return value
 
 
@@ -116,7 +141,9 @@ def _prompt(body: dict, limits: Limits) -> list[int]:
         )
     for i, token in enumerate(prompt):
         if not _is_int(token):
-            raise ApiError(400, f"prompt[{i}] must be an integer token id, got {token!r}", "prompt")
+            raise ApiError(
+                400, f"prompt[{i}] must be an integer token id, got {_show(token)}", "prompt"
+            )
         if not 0 <= token < limits.vocab_size:
             raise ApiError(
                 400,
@@ -132,13 +159,17 @@ def validate_completion(body: object, limits: Limits) -> CompletionParams:
     for key, value in body.items():
         if key in _OFF_VALUES:
             if value not in _OFF_VALUES[key]:
-                raise ApiError(400, f"{key}={value!r} is not supported by this server", key)
+                raise ApiError(400, f"{key}={_show(value)} is not supported by this server", key)
         elif key not in _ACCEPTED:
-            raise ApiError(400, f"unknown or unsupported field {key!r}", key)
+            raise ApiError(400, f"unknown or unsupported field {_show(key)}", key)
     model = body.get("model", limits.model)
+    if not isinstance(model, str):
+        raise ApiError(400, f"model must be a string, got {_show(model)}", "model")
     if model != limits.model:
         raise ApiError(
-            404, f"model {model!r} is not served here; this server serves {limits.model!r}", "model"
+            404,
+            f"model {_show(model)} is not served here; this server serves {limits.model!r}",
+            "model",
         )
     prompt = _prompt(body, limits)
     max_tokens = _int_field(body, "max_tokens", 16, 1, INT64_MAX, "a positive integer")
@@ -149,14 +180,8 @@ def validate_completion(body: object, limits: Limits) -> CompletionParams:
             f"window of {limits.max_model_len} tokens",
             "max_tokens",
         )
-    temperature = body.get("temperature", 1.0)
-    if not _is_number(temperature) or not temperature >= 0:
-        raise ApiError(
-            400, f"temperature must be a number >= 0, got {temperature!r}", "temperature"
-        )
-    top_p = body.get("top_p", 1.0)
-    if not _is_number(top_p) or not 0 < top_p <= 1:
-        raise ApiError(400, f"top_p must be in (0, 1], got {top_p!r}", "top_p")
+    temperature = _float_field(body, "temperature", 1.0, lambda t: t >= 0, "a finite number >= 0")
+    top_p = _float_field(body, "top_p", 1.0, lambda p: 0 < p <= 1, "a number in (0, 1]")
     top_k = _int_field(body, "top_k", 0, -1, INT32_MAX, "-1, 0 (off) or a positive int32")
     seed = _int_field(body, "seed", None, INT64_MIN, INT64_MAX, "an int64")
     logprobs = body.get("logprobs")
@@ -176,8 +201,8 @@ def validate_completion(body: object, limits: Limits) -> CompletionParams:
         prompt=prompt,
         max_tokens=max_tokens,
         ignore_eos=_bool_field(body, "ignore_eos", False),
-        temperature=float(temperature),
-        top_p=float(top_p),
+        temperature=temperature,
+        top_p=top_p,
         top_k=max(top_k, 0),
         seed=seed,
         logprobs=logprobs is True or _is_int(logprobs),

@@ -1,9 +1,17 @@
-"""The API server's end of the ZMQ link: submits requests, routes frames to their streams."""
+"""The API server's end of the ZMQ link: submits requests, routes frames to their streams.
+
+One reader task routes everything the worker sends. It survives what one message can do
+(a stats caller that gave up, a frame it cannot decode); if it dies anyway, or the worker
+exits, `fail` ends every open stream with an error frame and `lost` says why, so the server
+stops instead of hanging (docs/RELIABILITY.md).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
+from collections import deque
 from collections.abc import Callable
 
 import zmq
@@ -22,6 +30,14 @@ from engine.messages import (
     encode,
 )
 
+log = logging.getLogger("engine.api")
+
+STATS_TIMEOUT_S = 10.0
+
+
+class WorkerUnavailable(RuntimeError):
+    """The worker is gone or the server is stopping: nothing new is accepted."""
+
 
 class WorkerClient:
     def __init__(self, ipc_dir: str):
@@ -30,33 +46,80 @@ class WorkerClient:
         self._sync_ctx = zmq.Context()
         self.to_worker = self._sync_ctx.socket(zmq.PUSH)
         self.to_worker.setsockopt(zmq.SNDHWM, 0)
-        self.to_worker.setsockopt(zmq.LINGER, 1000)
         self.to_worker.connect(f"ipc://{ipc_dir}/to_worker")
         self.from_worker = self.ctx.socket(zmq.PULL)
         self.from_worker.bind(f"ipc://{ipc_dir}/from_worker")
         self.ready: asyncio.Future[Ready] | None = None
+        self.lost: asyncio.Future[str] | None = None  # why the worker is gone, once it is
+        self.unavailable: str | None = None  # why new requests are refused, once they are
         self._streams: dict[int, asyncio.Queue[TokenFrame]] = {}
-        self._stats: list[asyncio.Future[WorkerStats]] = []
+        # The worker answers GetStats in order: the oldest caller gets the next answer, and
+        # one that gave up (cancelled) still takes its own answer out of the line.
+        self._stats: deque[asyncio.Future[WorkerStats]] = deque()
         self._rids = itertools.count(1)
         self._reader: asyncio.Task | None = None
+        self._closing = False
 
     def start(self) -> None:
-        self.ready = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        self.ready = loop.create_future()
+        self.lost = loop.create_future()
         self._reader = asyncio.create_task(self._read())
+        self._reader.add_done_callback(self._reader_ended)
 
     async def _read(self) -> None:
         while True:
-            msg = decode_from_worker(await self.from_worker.recv())
-            if isinstance(msg, StepFrames):
-                for frame in msg.frames:
-                    queue = self._streams.get(frame.rid)
-                    if queue is not None:
-                        queue.put_nowait(frame)
-            elif isinstance(msg, WorkerStats):
-                if self._stats:
-                    self._stats.pop(0).set_result(msg)
-            elif isinstance(msg, Ready) and not self.ready.done():
-                self.ready.set_result(msg)
+            data = await self.from_worker.recv()
+            try:
+                self._route(decode_from_worker(data))
+            except Exception:  # one bad message must not silence every stream
+                log.exception("dropped a message from the worker")
+
+    def _route(self, msg: object) -> None:
+        if isinstance(msg, StepFrames):
+            for frame in msg.frames:
+                queue = self._streams.get(frame.rid)
+                if queue is not None:
+                    queue.put_nowait(frame)
+        elif isinstance(msg, WorkerStats):
+            if self._stats:
+                future = self._stats.popleft()
+                if not future.done():
+                    future.set_result(msg)
+        elif isinstance(msg, Ready) and not self.ready.done():
+            self.ready.set_result(msg)
+
+    def _reader_ended(self, task: asyncio.Task) -> None:
+        if self._closing:
+            return
+        # Anything else that ends the reader (an error, or its socket closed under it, which
+        # cancels it) leaves nobody routing frames: that must not pass unnoticed.
+        exc = None if task.cancelled() else task.exception()
+        reason = (
+            f"the link to the worker failed: {exc!r}" if exc else "the link to the worker closed"
+        )
+        log.error("the reader of worker messages stopped", exc_info=exc)
+        self.fail(reason)
+
+    def fail(self, reason: str) -> None:
+        """The worker is gone: end every open stream with an error, refuse what comes next."""
+        if self.lost.done():
+            return
+        self.lost.set_result(reason)
+        self._refuse(reason, "error", error=reason)
+
+    def stop(self) -> None:
+        """The server is stopping: end every open stream (abort), refuse what comes next."""
+        self._refuse("the server is stopping", "abort")
+
+    def _refuse(self, reason: str, finish_reason: str, error: str | None = None) -> None:
+        self.unavailable = self.unavailable or reason
+        for rid, queue in self._streams.items():
+            queue.put_nowait(TokenFrame(rid, [], finish_reason=finish_reason, error=error))
+        while self._stats:
+            future = self._stats.popleft()
+            if not future.done():
+                future.set_exception(WorkerUnavailable(reason))
 
     @property
     def in_flight(self) -> int:
@@ -64,6 +127,8 @@ class WorkerClient:
 
     def submit(self, make: Callable[[int], AddRequest]) -> tuple[int, asyncio.Queue[TokenFrame]]:
         """Send `make(rid)` (an AddRequest) and return the queue its frames arrive on."""
+        if self.unavailable:
+            raise WorkerUnavailable(self.unavailable)
         rid = next(self._rids)
         queue: asyncio.Queue[TokenFrame] = asyncio.Queue()
         self._streams[rid] = queue
@@ -72,20 +137,32 @@ class WorkerClient:
 
     def release(self, rid: int, abort: bool) -> None:
         """Forget a request's stream; tell the worker to drop it if it is still running."""
-        if self._streams.pop(rid, None) is not None and abort:
+        if self._streams.pop(rid, None) is not None and abort and not self.lost.done():
             self.to_worker.send(encode(Abort(rid)))
 
     async def stats(self) -> WorkerStats:
+        """The worker's pool; TimeoutError when it does not answer within STATS_TIMEOUT_S."""
+        if self.unavailable:
+            raise WorkerUnavailable(self.unavailable)
         future = asyncio.get_running_loop().create_future()
         self._stats.append(future)
         self.to_worker.send(encode(GetStats()))
-        return await asyncio.wait_for(future, timeout=10)
+        return await asyncio.wait_for(future, timeout=STATS_TIMEOUT_S)
+
+    def shutdown_worker(self) -> None:
+        """Ask the worker to exit; keep reading, so what it sends on the way out is drained."""
+        try:
+            self.to_worker.send(encode(Shutdown()), zmq.NOBLOCK)
+        except zmq.Again:  # no worker to tell
+            pass
 
     def close(self) -> None:
-        self.to_worker.send(encode(Shutdown()))
+        """Close the link; call it once the worker has exited (or been given up on): what is
+        still queued for the worker is dropped, not waited on."""
+        self._closing = True
         if self._reader is not None:
             self._reader.cancel()
-        self.to_worker.close()
+        self.to_worker.close(0)
         self.from_worker.close(0)
         self._sync_ctx.term()
         self.ctx.term()

@@ -1,7 +1,9 @@
 """Token sampling on the GPU with FlashInfer's kernels, with the CPU sampler's semantics
-(engine/layers/sampler.py): greedy rows take the argmax; other rows are scaled by their own
-temperature and drawn after top-k / top-p; log-probs are log_softmax(logits / temperature)
-at the chosen token over the whole vocabulary, computed only when a row asks.
+(engine/layers/sampler.py) and its safety rules (`effective_temperature`, `effective_top_p`,
+`scale_logits`: every admitted value samples without overflow or nan): greedy rows take the
+argmax; other rows are scaled by their own temperature and drawn after top-k / top-p;
+log-probs are log_softmax(logits / temperature) at the chosen token over the whole
+vocabulary, computed only when a row asks.
 
 Randomness: FlashInfer's Philox stream depends on a row's index in the call, so a seeded row
 is drawn in a call of its own, from a seed derived from (seed, output index) as on the CPU:
@@ -14,7 +16,13 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from engine.layers.sampler import SamplingParams, row_seed
+from engine.layers.sampler import (
+    SamplingParams,
+    effective_temperature,
+    effective_top_p,
+    row_seed,
+    scale_logits,
+)
 
 _unseeded = np.random.default_rng()
 
@@ -26,7 +34,8 @@ def _draw(scaled: torch.Tensor, params: list[SamplingParams], seed: int) -> torc
         return flashinfer.sampling.sampling_from_logits(scaled, seed=seed, offset=0)
     device, vocab = scaled.device, scaled.shape[-1]
     top_k = torch.tensor([p.top_k or vocab for p in params], dtype=torch.int32, device=device)
-    top_p = torch.tensor([p.top_p for p in params], dtype=torch.float32, device=device)
+    top_p = [effective_top_p(p.top_p) for p in params]
+    top_p = torch.tensor(top_p, dtype=torch.float32, device=device)
     return flashinfer.sampling.top_k_top_p_sampling_from_logits(
         scaled, top_k, top_p, seed=seed, offset=0
     )
@@ -37,9 +46,11 @@ def sample_on_gpu(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """logits [R, V] fp32 on the GPU -> (tokens [R] int64, log-probs [R] fp32 or None)."""
     tokens = logits.argmax(-1)
-    temps = [1.0 if p.greedy else p.temperature for p in params]
+    if all(p.greedy and not p.logprobs for p in params):
+        return tokens, None  # the common case: no temperature tensor, no extra kernels
+    temps = [effective_temperature(p.temperature) or 1.0 for p in params]
+    scaled = scale_logits(logits, torch.tensor(temps, device=logits.device))
     if not all(p.greedy for p in params):
-        scaled = logits / torch.tensor(temps, device=logits.device)[:, None]
         shared = [i for i, p in enumerate(params) if not p.greedy and p.seed is None]
         if shared:
             rows = torch.tensor(shared, device=logits.device)
@@ -50,6 +61,5 @@ def sample_on_gpu(
                 tokens[i] = _draw(scaled[i : i + 1], [p], row_seed(p.seed, output_index[i]))[0]
     if not any(p.logprobs for p in params):
         return tokens, None
-    temps_t = torch.tensor(temps, device=logits.device)[:, None]
-    logprobs = torch.log_softmax(logits / temps_t, dim=-1).gather(1, tokens[:, None])[:, 0]
+    logprobs = torch.log_softmax(scaled, dim=-1).gather(1, tokens[:, None])[:, 0]
     return tokens, logprobs

@@ -1,5 +1,10 @@
 """Token sampling from a step's logits: greedy, or temperature + top-k + top-p then a draw.
 
+Every value that validation admits samples safely (docs/RELIABILITY.md): a temperature under
+`GREEDY_BELOW` is greedy, a top_p under `MIN_TOP_P` keeps just the top token, and the logits
+are scaled so that nothing overflows (`scale_logits`). `effective_temperature`,
+`effective_top_p` and `scale_logits` are the rules every sampler (CPU or GPU) applies.
+
 Log-probs: the returned log-prob of a row is log_softmax(logits / temperature) at the chosen
 token, over the whole vocabulary (before top-k/top-p filtering), with temperature 1 for greedy
 rows. That is the distribution the request asked to sample from, comparable across requests
@@ -17,10 +22,43 @@ from dataclasses import dataclass
 
 import torch
 
+# Below this a temperature samples as greedy: a logit gap of 1e-3 already weighs e^-100 there,
+# and dividing by it could overflow float32 (vLLM and SGLang draw the same line).
+GREEDY_BELOW = 1e-5
+# The smallest top_p a sampler sees: positive in float32 (1e-300 would round to 0 there) and
+# far below 1/vocab, so it keeps exactly the top token, as any smaller top_p would.
+MIN_TOP_P = torch.finfo(torch.float32).tiny
+_FLOAT32_MAX = torch.finfo(torch.float32).max
+
+
+def effective_temperature(temperature: float) -> float:
+    """The temperature a sampler applies: 0 (greedy) below `GREEDY_BELOW`, else the value
+    capped at float32's largest (an infinite temperature would make -inf / inf = nan)."""
+    return 0.0 if temperature < GREEDY_BELOW else min(temperature, _FLOAT32_MAX)
+
+
+def effective_top_p(top_p: float) -> float:
+    """The top_p a sampler applies: at least `MIN_TOP_P`, so the top token always stays."""
+    return max(top_p, MIN_TOP_P)
+
+
+def scale_logits(logits: torch.Tensor, temperatures: torch.Tensor) -> torch.Tensor:
+    """(logits - row max) / temperature: [R, V] float32, for effective temperatures [R] > 0.
+
+    Never nan and never overflows to +inf, whatever the logits: each row's best token scales
+    to exactly 0 and the rest to [-inf, 0], so a tiny temperature leaves only the best
+    token(s). A -inf or nan logit stays -inf (never drawn), +inf counts as float32's largest,
+    and a row with no usable logit at all has every token alike.
+    """
+    logits = torch.nan_to_num(logits, nan=-torch.inf, posinf=_FLOAT32_MAX, neginf=-torch.inf)
+    top = logits.amax(-1, keepdim=True)
+    shifted = torch.where(top == -torch.inf, 0.0, logits - top)
+    return shifted / temperatures[:, None]
+
 
 @dataclass(frozen=True)
 class SamplingParams:
-    temperature: float = 1.0  # 0 = greedy
+    temperature: float = 1.0  # 0 (or below GREEDY_BELOW) = greedy
     top_p: float = 1.0  # keep the smallest set of top tokens whose mass reaches top_p
     top_k: int = 0  # keep the k most likely tokens; 0 = no limit
     seed: int | None = None
@@ -36,7 +74,7 @@ class SamplingParams:
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0
+        return effective_temperature(self.temperature) == 0
 
 
 def row_seed(seed: int, output_index: int) -> int:
@@ -49,10 +87,15 @@ def row_generator(seed: int, output_index: int, device: torch.device) -> torch.G
     return torch.Generator(device=device).manual_seed(row_seed(seed, output_index))
 
 
+def _temperatures(params: list[SamplingParams], device: torch.device) -> torch.Tensor:
+    """Per row: the effective temperature, 1 for greedy rows (their log-prob's scale)."""
+    temps = [effective_temperature(p.temperature) or 1.0 for p in params]
+    return torch.tensor(temps, dtype=torch.float32, device=device)
+
+
 def _draw(logits: torch.Tensor, params: list[SamplingParams], generator=None) -> torch.Tensor:
     """Sample one token per row of logits [n, V] after temperature, top-k and top-p."""
-    temps = torch.tensor([p.temperature for p in params], device=logits.device)
-    scaled = logits / temps[:, None]
+    scaled = scale_logits(logits, _temperatures(params, logits.device))
     if all(p.top_k == 0 and p.top_p == 1.0 for p in params):
         return torch.multinomial(scaled.softmax(-1), 1, generator=generator)[:, 0]
     vocab = logits.shape[-1]
@@ -60,7 +103,7 @@ def _draw(logits: torch.Tensor, params: list[SamplingParams], generator=None) ->
     top_k = torch.tensor([p.top_k or vocab for p in params], device=logits.device)
     ranks = torch.arange(vocab, device=logits.device)
     probs = sorted_logits.masked_fill(ranks[None, :] >= top_k[:, None], float("-inf")).softmax(-1)
-    top_p = torch.tensor([p.top_p for p in params], device=logits.device)
+    top_p = torch.tensor([effective_top_p(p.top_p) for p in params], device=logits.device)
     # Mass of the strictly better tokens: the top token (0) always stays.
     probs = probs.masked_fill(probs.cumsum(-1) - probs >= top_p[:, None], 0.0)
     picked = torch.multinomial(probs, 1, generator=generator)
@@ -77,9 +120,10 @@ def sample(
     tokens = torch.empty(logits.shape[0], dtype=torch.int64, device=device)
     greedy = [i for i, p in enumerate(params) if p.greedy]
     shared = [i for i, p in enumerate(params) if not p.greedy and p.seed is None]
+    scaled = scale_logits(logits, _temperatures(params, device))
     if greedy:
         rows = torch.tensor(greedy, device=device)
-        tokens[rows] = logits[rows].argmax(-1)
+        tokens[rows] = scaled[rows].argmax(-1)
     if shared:
         rows = torch.tensor(shared, device=device)
         tokens[rows] = _draw(logits[rows], [params[i] for i in shared])
@@ -87,6 +131,5 @@ def sample(
         if not p.greedy and p.seed is not None:
             generator = row_generator(p.seed, output_index[i], device)
             tokens[i] = _draw(logits[i : i + 1], [p], generator)[0]
-    temps = torch.tensor([p.temperature if not p.greedy else 1.0 for p in params], device=device)
-    logprobs = torch.log_softmax(logits / temps[:, None], dim=-1)
+    logprobs = torch.log_softmax(scaled, dim=-1)
     return tokens, logprobs.gather(1, tokens[:, None])[:, 0]

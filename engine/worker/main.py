@@ -2,8 +2,9 @@
 
 Started by the API server as `python -m engine.worker.main --spec JSON --ipc-dir DIR
 --server-id ID` (a fresh interpreter: nothing is pickled across the boundary). It exits on a
-Shutdown message, on SIGTERM, or when its parent dies; its last span window goes out first,
-then the end-of-spans message (engine/spans.py).
+Shutdown message, on SIGTERM, or when its parent dies (SIGHUP from the kernel); its last span
+window goes out first, then the end-of-spans message (engine/spans.py); a worker that
+outlives its API server removes the IPC directory the server could not.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import msgspec
 import torch
 import zmq
 
-from engine import env
+from engine import env, ipc_dirs
 from engine.config import ConfigError, EngineConfig, ModelSpec
 from engine.env import EnvError
 from engine.messages import Ready, Shutdown, decode_to_worker, encode
@@ -34,10 +35,12 @@ log = logging.getLogger("engine.worker")
 
 
 def _die_with_parent() -> None:
-    """Linux: SIGTERM this process when the API server dies, so no worker is orphaned."""
+    """Linux: SIGHUP this process when the API server dies, so no worker is orphaned. Not
+    SIGTERM, which stops it too: SIGHUP says the server is gone, which getppid() cannot say
+    yet when the server's main thread has died and its other threads have not."""
     try:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        libc.prctl(1, signal.SIGHUP)  # PR_SET_PDEATHSIG
     except OSError:
         pass
 
@@ -74,6 +77,7 @@ def run(model_spec: ModelSpec, config: EngineConfig, ipc_dir: str, server: str, 
     if config.device == "cpu":
         torch.set_num_threads(max(1, config.cpu_threads))
     ctx = zmq.Context()
+    ended: list[str] = []
     try:
         inbox = ctx.socket(zmq.PULL)
         inbox.bind(f"ipc://{ipc_dir}/to_worker")
@@ -90,6 +94,11 @@ def run(model_spec: ModelSpec, config: EngineConfig, ipc_dir: str, server: str, 
             outbox.send(encode(msg))
 
         worker = build_worker(model_spec, config, timer, send)
+        # From Ready on, SIGTERM (a stop) and SIGHUP (the API server died) end the loop, so
+        # the exit below runs: installed before Ready, since a server may be killed as soon
+        # as it is.
+        signal.signal(signal.SIGTERM, lambda *_: ended.append("stop"))
+        signal.signal(signal.SIGHUP, lambda *_: ended.append("orphaned"))
         send(
             Ready(
                 model=model_spec.arch,
@@ -101,26 +110,26 @@ def run(model_spec: ModelSpec, config: EngineConfig, ipc_dir: str, server: str, 
                 eos_token_ids=list(worker.node.eos_token_ids),
             )
         )
-        _serve(worker, inbox)
+        _serve(worker, inbox, ended)
         timer.flush()  # the last, partial window
         if publisher is not None:
             publisher.end()  # after the last window: the harness need not wait for more
         inbox.close(0)
     finally:
         ctx.destroy(linger=2000)  # closes the outbox and the span socket, sending what is queued
+    if "orphaned" in ended:  # the API server died without removing it
+        ipc_dirs.remove(ipc_dir)
 
 
-def _serve(worker: Worker, inbox: zmq.Socket) -> None:
-    """Messages and iterations until Shutdown, SIGTERM, or the parent's death."""
+def _serve(worker: Worker, inbox: zmq.Socket, ended: list[str]) -> None:
+    """Messages and iterations until Shutdown, SIGTERM, or the parent's death (`ended`)."""
     poller = zmq.Poller()
     poller.register(inbox, zmq.POLLIN)
     parent = os.getppid()
-    terminated = []
-    signal.signal(signal.SIGTERM, lambda *_: terminated.append(True))
-    while not terminated:
-        busy = worker.has_work()
-        if not busy and not poller.poll(timeout=200):
+    while not ended:
+        if not worker.has_work() and not poller.poll(timeout=200):
             if os.getppid() != parent:
+                ended.append("orphaned")
                 return
             continue
         while True:
@@ -135,7 +144,8 @@ def _serve(worker: Worker, inbox: zmq.Socket) -> None:
         worker.iteration()
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int:
+    """The worker's exit code: 0 after a stop, 2 for a configuration error, 1 for a failure."""
     parser = argparse.ArgumentParser(prog="engine.worker.main")
     parser.add_argument("--spec", required=True, help="JSON: {model, engine, size}")
     parser.add_argument("--ipc-dir", required=True)
@@ -149,8 +159,22 @@ def main(argv: list[str] | None = None) -> None:
         run(model, engine, args.ipc_dir, args.server_id, spec["size"])
     except (ConfigError, EnvError) as exc:  # the user's to fix: one line, not a traceback
         log.error("cannot start the worker: %s", exc)
-        sys.exit(2)
+        return 2
+    except Exception:  # the server ends every open stream with an error when it sees us exit
+        log.exception("the worker failed")
+        return 1
+    return 0
+
+
+def _exit_now(code: int) -> None:
+    """Exit without the interpreter's teardown: tearing torch down takes up to a second, half
+    a graceful stop's budget (or a delay before a failure reaches the open streams), and the
+    sockets and span sinks are closed or unbuffered by now."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":
-    main()
+    _exit_now(main())
