@@ -44,7 +44,7 @@ from engine.messages import (
     decode_to_worker,
     encode,
 )
-from harness.server import ServerProcess, free_port
+from harness.measure.server import ServerProcess, free_port
 from tests.conftest import Api
 
 VOCAB, MAX_LEN = 4096, 512
