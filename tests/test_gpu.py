@@ -29,7 +29,7 @@ def greedy_on(
     scenario = load_scenario("qwen35", "tiny")
     config = replace(
         scenario.engine, device=device, dtype=dtype, kv_pages=1024, kernels=kernels,
-        overlap=overlap,
+        overlap=overlap, max_rows=64,
     )  # fmt: skip
     spec = replace(scenario.model, preset=preset)
     frames: list[StepFrames] = []
