@@ -14,13 +14,19 @@ from engine.worker.engine import Engine
 from engine.worker.graphs import buckets_up_to
 
 
-def _engine_after_prefill(lengths: list[int]) -> Engine:
+def _engine_with_requests(lengths: list[int]) -> Engine:
+    """A tiny CPU engine holding one greedy request per prompt length, none run yet."""
     config = replace(load_scenario("qwen35", "tiny").engine, kv_pages=256, max_rows=16)
     engine = Engine(build_model("qwen35", "tiny", 0, "float32", "cpu"), config)
     for rid, n in enumerate(lengths):
         prompt = [(5 * rid + j) % 4000 + 1 for j in range(n)]
         msg = AddRequest(rid, prompt, 8, ignore_eos=True, temperature=0)
         engine.add_request(msg, prompt).handle = rid  # the handle a worker's runtime would give
+    return engine
+
+
+def _engine_after_prefill(lengths: list[int]) -> Engine:
+    engine = _engine_with_requests(lengths)
     while any(not r.prefill_done for r in engine.requests.values()):
         engine.step_finished(engine.launch(engine.scheduler.schedule()).to_host())
     return engine
@@ -105,16 +111,6 @@ def test_a_step_fed_on_the_device_gives_the_tokens_of_the_strict_loop():
     on the device (feed indices) and produce exactly the strict loop's tokens, through
     prefill, the first decode step after it and plain decode."""
     lengths = [3, 21, 40, 7]
-    strict = _generate(_engine_after_prefill_steps(lengths), overlapped=False, steps=6)
-    fed = _generate(_engine_after_prefill_steps(lengths), overlapped=True, steps=6)
+    strict = _generate(_engine_with_requests(lengths), overlapped=False, steps=6)
+    fed = _generate(_engine_with_requests(lengths), overlapped=True, steps=6)
     assert fed == strict and all(len(t) == 6 for t in strict.values())
-
-
-def _engine_after_prefill_steps(lengths: list[int]) -> Engine:
-    config = replace(load_scenario("qwen35", "tiny").engine, kv_pages=256, max_rows=16)
-    engine = Engine(build_model("qwen35", "tiny", 0, "float32", "cpu"), config)
-    for rid, n in enumerate(lengths):
-        prompt = [(5 * rid + j) % 4000 + 1 for j in range(n)]
-        msg = AddRequest(rid, prompt, 8, ignore_eos=True, temperature=0)
-        engine.add_request(msg, prompt).handle = rid
-    return engine
