@@ -21,6 +21,7 @@ class TorchOps:
     name = "torch"
 
     reads_page_table = True
+    attention_backend = None  # no planned attention: nothing to capture in a graph
 
     def begin_step(self, batch, bucket: int | None = None) -> int:
         """Nothing to plan: the reference ops read the batch's fields directly."""

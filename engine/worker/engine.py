@@ -7,6 +7,7 @@ the postprocess decides stops, so a request that stops on this step is up to dat
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,6 +23,8 @@ from engine.worker.graphs import DecodeGraphs
 from engine.worker.request import Request
 from engine.worker.scheduler import ScheduledRow, Scheduler
 from engine.worker.step_inputs import StepInputs
+
+log = logging.getLogger("engine.worker")
 
 
 @dataclass
@@ -106,13 +109,30 @@ class Engine:
         self.inputs = StepInputs(
             config.max_tokens_per_step, config.max_rows, max_pages, self.device, slots
         )
+        self._check_double_buffering()
         self.graphs = None
-        if config.cuda_graphs and getattr(self.ops, "attention_backend", None) is not None:
+        if config.cuda_graphs and self.ops.attention_backend is not None:
             self.graphs = DecodeGraphs(
                 model, self.cache, self.ops, self.inputs, config.max_rows, max_pages
             )
         self.requests: dict[int, Request] = {}
         self._arrivals = 0
+
+    def _check_double_buffering(self) -> None:
+        """A resource that declares `force_double_buffer` needs two slots once the host runs
+        ahead (the overlapped loop); with one, plan(N+1) may overwrite what N's copy has not
+        read. Allowed (the hazard is an arm to compare), never silent."""
+        resources = (self.inputs, self.ops.attention_backend)
+        short = [
+            type(r).__name__ for r in resources
+            if getattr(r, "force_double_buffer", False) and r.slots < 2
+        ]  # fmt: skip
+        if short and self.config.overlap and self.device.type == "cuda":
+            log.warning(
+                "engine.overlap with engine.double_buffer=false: %s stage host buffers the "
+                "next step may overwrite before they are copied (the staging hazard)",
+                ", ".join(short),
+            )
 
     def add_request(self, msg: AddRequest, prompt: list[int]) -> Request:
         params = SamplingParams(msg.temperature, msg.top_p, msg.top_k, msg.seed, msg.logprobs)

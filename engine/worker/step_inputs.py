@@ -50,6 +50,7 @@ class StepInputs:
         self.hosts = [
             torch.empty(offset, dtype=torch.int32, pin_memory=self.on_cuda) for _ in range(slots)
         ]
+        self.slots = slots
         self.slot = 0  # the host buffer the next stage writes
         self.device_buffer = (
             torch.empty(offset, dtype=torch.int32, device=device) if self.on_cuda else None
