@@ -88,6 +88,7 @@ class Scenario:
     engine: EngineConfig
     load: LoadProfile
     sizes: tuple[str, ...] = field(default=())
+    source: str = ""  # the file it was read from
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -98,14 +99,54 @@ def scenario_names() -> list[str]:
 
 
 def scenario_path(name: str) -> Path:
+    """A scenario's file: `name` itself when it names a .yaml/.yml file, else
+    scenarios/<name>.yaml."""
     path = Path(name)
-    if path.suffix in (".yaml", ".yml") and path.exists():
-        return path
+    if path.suffix in (".yaml", ".yml"):
+        if not path.exists():
+            raise ConfigError(f"no scenario file {name}")
+        return path.resolve()
     path = SCENARIO_DIR / f"{name}.yaml"
     if not path.exists():
         known = ", ".join(scenario_names()) or "none"
         raise ConfigError(f"unknown scenario {name!r}; known scenarios: {known}")
     return path
+
+
+def _read(path: Path) -> dict:
+    """A scenario file's mapping, or a one-line ConfigError saying what is wrong with it."""
+    see = f"see {SCENARIO_DIR / 'qwen35.yaml'} for the format"
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"cannot read scenario {path} ({exc.strerror or exc})") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"scenario {path} is not text (UTF-8)") from None
+    except yaml.YAMLError as exc:
+        where = getattr(exc, "problem_mark", None)
+        at = f" at line {where.line + 1}, column {where.column + 1}" if where else ""
+        problem = getattr(exc, "problem", None) or type(exc).__name__
+        raise ConfigError(f"scenario {path} is not valid YAML{at}: {problem}") from None
+    if raw is None:
+        raise ConfigError(f"scenario {path} is empty; {see}")
+    if not isinstance(raw, dict):
+        kind = "list" if isinstance(raw, list) else type(raw).__name__
+        raise ConfigError(f"scenario {path} is a YAML {kind}, not a mapping of settings; {see}")
+    if not isinstance(raw.get("name"), str) or not raw["name"].strip():
+        raise ConfigError(f"scenario {path} has no `name:` (a string, e.g. name: qwen35)")
+    for key in ("model", "engine", "load", "sizes", "default_size"):
+        if not isinstance(raw.get(key) or {}, dict):
+            raise ConfigError(f"scenario {path}: {key} must be a mapping, got {raw[key]!r:.60}")
+    for size, extra in (raw.get("sizes") or {}).items():
+        extra = extra or {}
+        if not isinstance(extra, dict) or not all(
+            isinstance(v or {}, dict) for v in extra.values()
+        ):
+            raise ConfigError(
+                f"scenario {path}: sizes.{size} must map model, engine and load to settings,"
+                f" got {extra!r:.60}"
+            )
+    return raw
 
 
 def cuda_available() -> bool:
@@ -185,29 +226,38 @@ def _check_type(name: str, hint, value):
     return value
 
 
-def load_scenario(
-    name: str, size: str | None = None, overrides: dict[str, object] | None = None
-) -> Scenario:
+def _resolve(
+    name: str, size: str | None, overrides: dict[str, object] | None
+) -> tuple[Path, dict, str, str, dict]:
+    """The file, its mapping, the size (asked for, or by machine) and why, and its model,
+    engine and load sections at that size with the overrides applied (no default filled in)."""
     path = scenario_path(name)
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"scenario {path} is not valid YAML: {exc}") from None
+    raw = _read(path)
     sizes = raw.get("sizes") or {}
     if size is None:
         has_cuda = cuda_available()
-        size = raw["default_size"]["cuda" if has_cuda else "cpu"]
+        machine = "cuda" if has_cuda else "cpu"
+        size = (raw.get("default_size") or {}).get(machine)
+        if size is None:
+            raise ConfigError(f"scenario {path} has no default_size.{machine}; give --size")
         reason = "CUDA found" if has_cuda else "no CUDA on this machine"
     else:
         reason = "asked for"
     if size not in sizes:
         raise ConfigError(f"scenario {raw['name']} has no size {size!r}; sizes: {', '.join(sizes)}")
-    resolved = _merge({k: raw.get(k) or {} for k in ("model", "engine", "load")}, sizes[size])
+    resolved = _merge({k: raw.get(k) or {} for k in ("model", "engine", "load")}, sizes[size] or {})
     for key, value in (overrides or {}).items():
         section, _, leaf = key.partition(".")
         if section not in resolved or not leaf or "." in leaf:
             raise ConfigError(f"override {key!r} must be model.X, engine.X or load.X")
         resolved[section][leaf] = value
+    return path, raw, size, reason, resolved
+
+
+def load_scenario(
+    name: str, size: str | None = None, overrides: dict[str, object] | None = None
+) -> Scenario:
+    path, raw, size, reason, resolved = _resolve(name, size, overrides)
     return Scenario(
         name=raw["name"],
         size=size,
@@ -217,5 +267,19 @@ def load_scenario(
         model=_coerce(ModelSpec, "model", resolved["model"]),
         engine=_coerce(EngineConfig, "engine", resolved["engine"]),
         load=_coerce(LoadProfile, "load", resolved["load"]),
-        sizes=tuple(sizes),
+        sizes=tuple(raw.get("sizes") or {}),
+        source=str(path),
     )
+
+
+def scenario_source(
+    name: str, size: str | None = None, overrides: dict[str, object] | None = None
+) -> dict:
+    """The scenario at one size with `overrides` applied, as a scenario file of that one size:
+    the settings its file and the overrides state, and no default filled in. Loaded back, it
+    resolves to `load_scenario(name, size, overrides)`'s settings; an engine of another revision
+    fills what it leaves out with its own defaults, as it does for its own scenarios. The harness
+    starts every server of an arm with this file."""
+    _, raw, size, _, resolved = _resolve(name, size, overrides)
+    head = {key: raw[key] for key in ("name", "description", "headline") if key in raw}
+    return {**head, **resolved, "default_size": {"cuda": size, "cpu": size}, "sizes": {size: {}}}

@@ -1,11 +1,12 @@
 """The results directory of one run: the one module that reads and writes it (docs/RESULTS.md).
 
 `results/<run-id>/`: manifest.json, requests.parquet, spans.parquet, servers.parquet,
-summary.json, logs/. The runner appends each slot's rows when the slot ends (the tables are
-rewritten whole, atomically), so an interrupted run keeps what it measured. `summarise`
-writes summary.json once, when the run ends; the report reads it back. The results other
-commands write for the report to quote live beside the runs: calibration/latest.json
-(`bench calibrate`) and power/<scenario>.json (`bench power`).
+summary.json, scenarios/, logs/. The runner appends each slot's rows when the slot ends (the
+tables are rewritten whole, atomically), so an interrupted run keeps what it measured, and a
+write that fails moves the run to a fresh directory rather than losing it (`RunDir`).
+`summarise` writes summary.json once, when the run ends; the report reads it back. The
+results other commands write for the report to quote live beside the runs:
+calibration/latest.json (`bench calibrate`) and power/<scenario>.json (`bench power`).
 """
 
 from __future__ import annotations
@@ -13,13 +14,18 @@ from __future__ import annotations
 import json
 import os
 import platform
+import shutil
+import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
+import yaml
 
 from harness.analysis import schema
 from harness.analysis.compare import Comparison
@@ -33,6 +39,15 @@ CALIBRATION = Path("calibration") / "latest.json"
 
 def new_run_id(scenario: str) -> str:
     return time.strftime("%Y%m%d-%H%M%S") + f"-{scenario}"
+
+
+def new_run_path(scenario: str, results: Path = RESULTS) -> Path:
+    """results/<run-id>, with -2, -3, ... added when a run started in the same second."""
+    run_id = new_run_id(scenario)
+    path, n = results / run_id, 2
+    while path.exists():
+        path, n = results / f"{run_id}-{n}", n + 1
+    return path
 
 
 def host() -> dict:
@@ -56,12 +71,16 @@ def machine() -> dict:
     return info
 
 
-def write_json(path: Path, data: dict) -> None:
-    """Write `data` whole or not at all (a reader never sees half a file)."""
+def write_text(path: Path, text: str) -> None:
+    """Write `text` whole or not at all (a reader never sees half a file)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n")
+    tmp.write_text(text)
     tmp.replace(path)
+
+
+def write_json(path: Path, data: dict) -> None:
+    write_text(path, json.dumps(data, indent=2, default=str) + "\n")
 
 
 def read_json(path: Path) -> dict | None:
@@ -75,32 +94,109 @@ def read_json(path: Path) -> dict | None:
 
 
 class RunDir:
-    """A run directory being written by the runner."""
+    """A run directory being written by the runner; its manifest, scenario files and rows are
+    held in memory too.
+
+    Every write goes through `_writing`. A write that fails once something was measured (a
+    full disk, a directory made read-only) moves the run to a fresh directory under the temp
+    directory, writes everything measured so far there from memory, and raises a BenchError
+    saying so; later writes go there too. Tables are replaced atomically, so the first
+    directory keeps every slot it took before the failure, and its manifest still describes
+    them."""
 
     def __init__(self, path: Path):
         self.path = Path(path)
-        self.path.mkdir(parents=True, exist_ok=True)
-        (self.path / "logs").mkdir(exist_ok=True)
+        self.manifest: dict = {}
+        self.moved_from: Path | None = None
         self._rows: dict[str, list[dict]] = {name: [] for name in schema.TABLES}
+        self._scenarios: dict[str, dict] = {}
+        with self._writing(self.path):
+            (self.path / "logs").mkdir(parents=True, exist_ok=True)
+
+    @classmethod
+    def fresh(cls, path: Path, overwrite: bool = False) -> RunDir:
+        """A run directory at `path` that mixes with no other run: an empty or new directory,
+        or, with `overwrite`, one holding a run (removed first). A directory holding anything
+        else is never touched."""
+        path = Path(path)
+        try:
+            taken = path.exists() and (not path.is_dir() or any(path.iterdir()))
+        except OSError as exc:
+            raise BenchError(f"cannot read {path} ({exc.strerror})") from None
+        if taken and not (path / "manifest.json").is_file():
+            raise BenchError(f"{path} is not empty and holds no run; give an empty or new one")
+        if taken and not overwrite:
+            raise BenchError(
+                f"{path} already holds a run; give --overwrite to replace it, or another --out"
+            )
+        if taken:
+            try:
+                shutil.rmtree(path)
+            except OSError as exc:
+                raise BenchError(f"cannot remove the run in {path} ({exc.strerror})") from None
+        return cls(path)
 
     def log_path(self, server: str) -> Path:
-        return self.path / "logs" / f"{server}.log"
+        """The server's log, made now (empty), so a directory that cannot take it fails here."""
+        path = self.path / "logs" / f"{server}.log"
+        with self._writing(path):
+            path.touch()
+        return path
+
+    def scenario_path(self, letter: str) -> Path:
+        return self.path / "scenarios" / f"{letter}.yaml"
+
+    def write_scenario(self, letter: str, source: dict) -> Path:
+        """The scenario file arm `letter`'s servers run (engine.config.scenario_source)."""
+        self._scenarios[letter] = source
+        with self._writing(self.scenario_path(letter)):
+            self._save_scenario(letter)
+        return self.scenario_path(letter)
 
     def write_manifest(self, manifest: dict) -> None:
-        write_json(self.path / "manifest.json", {"schema_version": SCHEMA_VERSION, **manifest})
+        self.manifest = {"schema_version": SCHEMA_VERSION, **manifest}
+        with self._writing(self.path / "manifest.json"):
+            self._save_manifest()
 
     def update_manifest(self, **changes) -> None:
-        manifest = json.loads((self.path / "manifest.json").read_text())
-        write_json(self.path / "manifest.json", manifest | changes)
+        self.manifest |= changes
+        with self._writing(self.path / "manifest.json"):
+            self._save_manifest()
 
     def append_slot(
-        self, requests: list[RequestRecord], spans: list[SpanRecord], server: ServerRecord
+        self,
+        requests: list[RequestRecord],
+        spans: list[SpanRecord],
+        server: ServerRecord,
+        failed: str | None = None,
     ) -> None:
+        """A slot's rows, written at once. A slot that failed (`failed` says how) is named in
+        the manifest's `failed_servers` before its rows are written, so they are never read
+        without it: analysis leaves it out of the comparison."""
         for name, rows in (("requests", requests), ("spans", spans), ("servers", [server])):
             self._rows[name].extend(asdict(r) for r in rows)
-            self._write_table(name)
+        if failed is not None:
+            self.update_manifest(
+                failed_servers=self.manifest.get("failed_servers", {}) | {server.server: failed}
+            )
+        for name in schema.TABLES:
+            with self._writing(self.path / f"{name}.parquet"):
+                self._save_table(name)
 
-    def _write_table(self, name: str) -> None:
+    def summarise(self) -> Comparison:
+        """`summarise` of this run (summary.json), through the same guard as every write."""
+        with self._writing(self.path / "summary.json"):
+            return summarise(self.path)
+
+    def _save_manifest(self) -> None:
+        write_json(self.path / "manifest.json", self.manifest)
+
+    def _save_scenario(self, letter: str) -> None:
+        write_text(
+            self.scenario_path(letter), yaml.safe_dump(self._scenarios[letter], sort_keys=False)
+        )
+
+    def _save_table(self, name: str) -> None:
         frame = pd.DataFrame(self._rows[name], columns=schema.columns(name))
         table = pa.Table.from_pandas(frame, preserve_index=False)
         meta = dict(table.schema.metadata or {})
@@ -109,6 +205,40 @@ class RunDir:
         tmp = self.path / f"{name}.parquet.tmp"
         pq.write_table(table, tmp)
         tmp.replace(self.path / f"{name}.parquet")
+
+    @contextmanager
+    def _writing(self, target: Path) -> Iterator[None]:
+        try:
+            yield
+        except OSError as exc:
+            raise self._move_after(target, exc) from None
+
+    def _move_after(self, target: Path, exc: OSError) -> BenchError:
+        """The error to raise for a failed write, the run moved first when it holds a slot."""
+        problem = f"cannot write {target} ({exc.strerror or exc})"
+        if self.moved_from is not None or not self._rows["servers"]:
+            return BenchError(problem)  # nothing measured yet, or the new place fails too
+        self.moved_from = self.path
+        self.manifest |= {"error": problem, "moved_from": str(self.moved_from)}
+        try:
+            self.path = Path(tempfile.mkdtemp(prefix="bench-run-"))
+            (self.path / "logs").mkdir()
+            self._save_manifest()
+            for letter in self._scenarios:
+                self._save_scenario(letter)
+            for name in schema.TABLES:
+                self._save_table(name)
+            for log in (self.moved_from / "logs").glob("*.log"):
+                shutil.copyfile(log, self.path / "logs" / log.name)
+        except OSError as again:
+            return BenchError(f"{problem}, nor could the run be moved ({again.strerror or again})")
+        try:  # the first directory says where the run went, if it still takes a small file
+            write_json(
+                self.moved_from / "manifest.json", self.manifest | {"moved_to": str(self.path)}
+            )
+        except OSError:
+            pass  # it does not: the error names the new place, and its manifest is as it was
+        return BenchError(f"{problem}; everything measured so far was written to {self.path}")
 
 
 def load_run(path: Path) -> tuple[dict, dict[str, pd.DataFrame]]:

@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import http.client
 import json
+import shutil
+import tempfile
 import time
 
 import pytest
@@ -77,3 +79,11 @@ def tiny_server():
     )
     with server:
         yield Api(server.port)
+
+
+@pytest.fixture
+def short_tmp():
+    """A temp directory for a server's IPC directories (short: ipc paths have a length cap)."""
+    path = tempfile.mkdtemp(prefix="ft-")
+    yield path
+    shutil.rmtree(path, ignore_errors=True)

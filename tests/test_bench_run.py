@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -21,13 +22,15 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def bench(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+def bench(*args: str, timeout: float = 600, env: dict | None = None) -> subprocess.CompletedProcess:
+    """`bench ARGS` run to its end; `env` adds to this process's environment."""
     return subprocess.run(
         [sys.executable, "-m", "harness", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=timeout,
+        env={**os.environ, **(env or {})},
     )
 
 

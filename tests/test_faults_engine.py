@@ -427,14 +427,6 @@ def test_stale_ipc_directories_are_reclaimed_and_live_ones_kept(tmp_path):
 # --- end to end: `python -m engine serve` -------------------------------------------------
 
 
-@pytest.fixture
-def short_tmp():
-    """A temp directory for a server's IPC directories (short: ipc paths have a length cap)."""
-    path = tempfile.mkdtemp(prefix="ft-")
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
 def _server(tmp: str, log: Path, **kwargs) -> ServerProcess:
     return ServerProcess("qwen35", size="tiny", env={"TMPDIR": tmp}, log_path=log, **kwargs).start()
 

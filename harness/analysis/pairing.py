@@ -13,6 +13,7 @@ from pathlib import PurePath
 import pandas as pd
 
 from harness.analysis.compare import Comparison, compare
+from harness.analysis.summary import without_failed_servers
 
 Run = tuple[dict, dict[str, pd.DataFrame]]  # a run directory's manifest and tables
 
@@ -34,9 +35,14 @@ def pair_runs(
     a: Run, b: Run, labels: dict[str, str], command: str
 ) -> tuple[dict, dict[str, pd.DataFrame], Comparison]:
     """The two runs as one: a manifest, tables relabelled A and B, and their comparison."""
-    runs = {"A": a, "B": b}
+    runs, left_out = {}, []
+    for letter, (manifest, tables) in (("A", a), ("B", b)):
+        kept, doubts = without_failed_servers(manifest, tables)
+        runs[letter] = manifest, kept
+        left_out += [f"run {letter}: {doubt}" for doubt in doubts]
+    a, b = runs["A"], runs["B"]
     first = _relabel(a[1], "A", labels["A"], first_slot=0)
-    after = int(first["servers"]["slot"].max()) + 1
+    after = int(first["servers"]["slot"].max()) + 1 if len(first["servers"]) else 0
     second = _relabel(b[1], "B", labels["B"], first_slot=after)
     frames = {name: pd.concat([first[name], second[name]], ignore_index=True) for name in first}
     external = [x for x, (m, _) in runs.items() if any(arm["kind"] == "url" for arm in m["arms"])]
@@ -48,7 +54,7 @@ def pair_runs(
         external=external,
         headline=a[0]["scenario"]["headline"],
     )
-    result.doubts[:0] = _doubts(runs, labels)
+    result.doubts[:0] = _doubts(runs, labels) + left_out
     return _manifest(runs, labels, frames["servers"], command), frames, result
 
 

@@ -14,8 +14,10 @@ INCOMPLETE = "the run did not finish (interrupted or failed): partial data"
 
 
 def summarize(manifest: dict, frames: dict[str, pd.DataFrame]) -> Comparison:
-    """Arm B against arm A of one run directory's tables, headline from its scenario."""
+    """Arm B against arm A of one run directory's tables, headline from its scenario; the
+    servers that failed during the run are left out (`without_failed_servers`)."""
     arms = {a["letter"]: a for a in manifest["arms"]}
+    frames, left_out = without_failed_servers(manifest, frames)
     result = compare(
         frames["requests"],
         frames["spans"],
@@ -24,6 +26,7 @@ def summarize(manifest: dict, frames: dict[str, pd.DataFrame]) -> Comparison:
         external=tuple(letter for letter, arm in arms.items() if arm["kind"] == "url"),
         headline=manifest["scenario"]["headline"],
     )
+    result.doubts[:0] = left_out
     if not manifest.get("complete", False):
         result.doubts.insert(0, INCOMPLETE)
     return result
@@ -36,3 +39,21 @@ def summary_json(manifest: dict, comparison: Comparison) -> dict:
         "complete": manifest.get("complete", False),
         **comparison.to_json(),
     }
+
+
+def without_failed_servers(
+    manifest: dict, frames: dict[str, pd.DataFrame]
+) -> tuple[dict[str, pd.DataFrame], list[str]]:
+    """The tables without the requests and spans of the servers the manifest names in
+    `failed_servers` (one that died or stalled under load, or most of whose requests failed:
+    its figures would describe the fault, not the arm), and a doubt naming them. Their rows in
+    the servers table stay, with the error that says what happened."""
+    failed = list(manifest.get("failed_servers") or {})
+    if not failed:
+        return frames, []
+    kept = {
+        name: frame if name == "servers" else frame[~frame["server"].isin(failed)]
+        for name, frame in frames.items()
+    }
+    noun = "servers" if len(failed) > 1 else "server"
+    return kept, [f"{noun} {', '.join(failed)} failed during the run: left out of the comparison"]

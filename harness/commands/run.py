@@ -12,9 +12,10 @@ from engine.config import ConfigError, load_scenario
 from harness.commands.report import report_run
 from harness.errors import BenchError
 from harness.measure.arms import resolve_arms
+from harness.measure.preflight import preflight
 from harness.measure.request_sequence import build_requests
-from harness.measure.runner import RunPlan, run_schedule
-from harness.results import RESULTS, RunDir, new_run_id
+from harness.measure.runner import STALL_S, RunPlan, run_schedule
+from harness.results import RunDir, new_run_id, new_run_path
 from harness.show.comparison import render
 from harness.show.console import fail, notes, output
 from harness.show.progress import RunProgress
@@ -32,18 +33,23 @@ def main(
     period: int = typer.Option(100, min=1, help="Span window in worker iterations."),
     size: str | None = typer.Option(None, help="Model size (default: by machine)."),
     out: Path | None = typer.Option(None, help="Run directory (default results/<run-id>)."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace the run already in --out."),
+    stall_timeout: float = typer.Option(
+        STALL_S, min=1, help="Seconds without a finished request before a server has stalled."
+    ),
     shards: int = typer.Option(1, min=1, help="Client processes for the load."),
     report: bool = typer.Option(False, "--report", help="Write report.md and plots too."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
-    """Compare two arms on fresh servers; exit 1 when B's headline figure is slower."""
+    """Compare two arms on fresh servers; exit 1 when B's headline figure is slower, 3 when a
+    server failed during the run (left out of the comparison), 2 on an error."""
     console = notes()
     if requests is not None and duration is not None:
         fail("give --requests or --duration, not both")
     try:
         resolved = load_scenario(scenario, size)
         arms = resolve_arms(arm)
-        arm_manifests = [_arm_manifest(a, resolved) for a in arms]
+        engines = {a.letter: _arm_scenario(a, resolved) for a in arms}
     except (ConfigError, BenchError) as exc:
         fail(str(exc))
     for a in arms:
@@ -68,15 +74,22 @@ def main(
         period=period,
         duration_s=duration,
         shards=shards,
+        stall_s=stall_timeout,
     )
-    run_id = new_run_id(resolved.name)
-    rundir = RunDir(out or RESULTS / run_id)
-    rundir.write_manifest(plan.manifest(run_id, " ".join(sys.argv), measured, arm_manifests))
+    arm_manifests = [_arm_manifest(a, engines[a.letter]) for a in arms]
+    try:
+        preflight(plan, engines)  # before any server starts, or any file is written
+        rundir = RunDir.fresh(out, overwrite) if out else RunDir(new_run_path(resolved.name))
+        run_id = new_run_id(resolved.name) if out else rundir.path.name
+        rundir.write_manifest(plan.manifest(run_id, " ".join(sys.argv), measured, arm_manifests))
+    except BenchError as exc:
+        fail(str(exc))
     try:
         with RunProgress(console, len(letters), measured + warm) as progress:
             complete, result = run_schedule(plan, rundir, progress.show)
     except BenchError as exc:
-        rundir.update_manifest(complete=False, error=str(exc))
+        if "error" not in rundir.manifest:  # a failed write has recorded its own
+            rundir.update_manifest(error=str(exc))
         fail(f"{exc} (partial results in {rundir.path})")
     if report:  # before the exit-code checks, so a regression still gets its report
         console.print(f"report: {report_run(rundir.path)}")
@@ -88,16 +101,27 @@ def main(
     if not complete:
         console.print("[yellow]interrupted: the results above cover what was measured[/]")
         raise typer.Exit(130)
+    failed = rundir.manifest.get("failed_servers")
+    if failed:
+        console.print(f"[yellow]failed and left out of the comparison: {', '.join(failed)}[/]")
+        raise typer.Exit(3)
     if result.regression:
         raise typer.Exit(1)
 
 
+def _arm_scenario(arm, scenario):
+    """The scenario the arm's servers run, its overrides applied (None for a URL arm)."""
+    if arm.kind == "url":
+        return None
+    return load_scenario(scenario.source, scenario.size, arm.overrides)
+
+
 def _arm_manifest(arm, scenario) -> dict:
-    """The arm as resolved: its scenario with its overrides applied (none for a URL arm)."""
-    resolved = None
-    if arm.kind != "url":
-        resolved = load_scenario(scenario.name, scenario.size, arm.overrides).to_dict()
-    return {**arm.manifest(), "scenario": resolved}
+    """The arm as resolved, with the scenario its servers run (scenarios/<letter>.yaml)."""
+    if scenario is None:
+        return {**arm.manifest(), "scenario": None, "scenario_file": None}
+    file = f"scenarios/{arm.letter}.yaml"
+    return {**arm.manifest(), "scenario": scenario.to_dict(), "scenario_file": file}
 
 
 def _vocab(scenario) -> int:

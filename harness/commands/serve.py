@@ -1,4 +1,5 @@
-"""`bench serve`: `python -m engine serve` with the harness's defaults, in the foreground."""
+"""`bench serve`: `python -m engine serve` with the harness's defaults, in the foreground; the
+server dies with it, even when `bench` is killed with SIGKILL."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import sys
 import typer
 
 from engine import env
-from harness.measure.server import port_in_use
+from harness.measure.server import die_with_parent, port_in_use
 from harness.show.console import fail
 
 
@@ -32,7 +33,7 @@ def main(
         cmd += ["--set", overrides]
     variables = {**os.environ, **env.timing_environment(period, span_file=span_file)}
     try:
-        code = subprocess.call(cmd, env=variables)
+        code = subprocess.call(cmd, env=variables, preexec_fn=die_with_parent())
     except KeyboardInterrupt:
         code = 130
     raise typer.Exit(code)

@@ -161,6 +161,7 @@ class Lane:
         """Send one POST; `on_body` gets the body as it arrives; returns the status. Raises
         OSError (connect), ResponseError, or TimeoutError when no byte came for timeout_s."""
         loop = asyncio.get_running_loop()
+        self.last_status = 0  # a connection refused has no status, not the last request's
         if self.conn is None or self.conn.transport is None or self.conn.transport.is_closing():
             ep = self.endpoint
             _, self.conn = await asyncio.wait_for(
@@ -168,7 +169,6 @@ class Lane:
                 self.connect_timeout_s,
             )
         conn = self.conn
-        self.last_status = 0
         conn.done, conn.on_body, conn.last_data = loop.create_future(), on_body, time.perf_counter()
         conn.transport.write(
             b"".join((self.endpoint.head, headers, b"Content-Length: %d\r\n\r\n" % len(body), body))

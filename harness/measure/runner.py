@@ -1,10 +1,16 @@
 """The schedule: for each slot, a fresh server, warmup, closed-loop load, drain, stop.
 
 Runs the slots in A B B A order (x blocks), collects every slot's request records and span
-records into the run directory as it goes, and stops cleanly on Ctrl-C: the server is
-stopped, what was measured is written, and the manifest says the run is incomplete. Every
-row is stamped with its slot (arm, letter, server, block, slot) as it is recorded; when the
-schedule ends the run is summarised, once (`run_schedule`).
+records into the run directory as it goes, and stops cleanly on Ctrl-C, SIGTERM or SIGHUP:
+the server is stopped, what was measured is written, and the manifest says the run is
+incomplete. Every row is stamped with its slot (arm, letter, server, block, slot) as it is
+recorded; when the schedule ends the run is summarised, once (`run_schedule`).
+
+Every server runs its arm's scenario file in the run directory (scenarios/<letter>.yaml): the
+scenario the manifest records, with the arm's overrides. A server that dies or stalls under
+load fails its slot, and so does a load most of whose requests failed: the slot is recorded
+with what happened (when, the exit code, the last line of the server's log), the manifest
+names it in `failed_servers`, which keeps it out of the comparison, and the schedule goes on.
 """
 
 from __future__ import annotations
@@ -16,23 +22,28 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 from engine import env
-from engine.config import Scenario
+from engine.config import ConfigError, Scenario, scenario_source
 from harness.analysis.compare import Comparison
-from harness.analysis.schema import ServerRecord, Slot
+from harness.analysis.schema import RequestRecord, ServerRecord, Slot
 from harness.errors import BenchError
 from harness.measure.arms import Arm
 from harness.measure.event_loop import run_loop
 from harness.measure.lanes import Progress
 from harness.measure.loadgen import run_closed_loop
 from harness.measure.request_sequence import RequestSpec
-from harness.measure.server import ServerProcess, served_model
+from harness.measure.server import ServerProcess, exit_text, served_model
 from harness.measure.spans import SpanCollector
-from harness.results import RunDir, machine, summarise
+from harness.results import RunDir, machine
 
 # How long a stopped server's end-of-spans message may take to arrive. A clean stop sends it
 # before the worker exits, so it is in at once; only a crashed worker, or an engine revision
 # older than the message, makes the collector wait this long.
 LAST_WINDOW_WAIT_S = 2.0
+# A load in which no request finishes for this long while some are in flight has stalled.
+STALL_S = 120.0
+# A server whose requests failed and whose /health no longer answers 200 is given this long
+# to exit (the engine exits within 2 s of losing its worker) before it counts as alive.
+EXIT_WAIT_S = 3.0
 
 
 @dataclass(frozen=True)
@@ -48,6 +59,7 @@ class RunPlan:
     duration_s: float | None = None
     health_timeout_s: float = 300.0
     shards: int = 1
+    stall_s: float = STALL_S
 
     def manifest(self, run_id: str, command: str, measured: int, arms: list[dict]) -> dict:
         """manifest.json of the run (docs/RESULTS.md); `complete` until the schedule ends."""
@@ -83,40 +95,84 @@ class Interrupted(Exception):
     pass
 
 
+@dataclass
+class Tally:
+    """The measured requests of the run's slots whose server neither died nor stalled, and
+    the first failure's error: most of them failed, and the run is no result."""
+
+    requests: int = 0
+    failed: int = 0
+    first_error: str | None = None
+
+    def add(self, records: list[RequestRecord]) -> None:
+        for r in records:
+            if not r.warmup:
+                self.requests += 1
+                self.failed += not r.ok
+                if not r.ok and self.first_error is None:
+                    self.first_error = _what_failed(r)
+
+    @property
+    def mostly_failed(self) -> bool:
+        return 2 * self.failed > self.requests
+
+
 def run_schedule(
     plan: RunPlan, rundir: RunDir, show: Callable[[SlotStatus], None]
 ) -> tuple[bool, Comparison]:
     """Run every slot, say in the manifest whether the schedule finished, and summarise the
-    run (summary.json). A BenchError (a server that cannot start) leaves it unsummarised."""
-    complete = execute(plan, rundir, show)
+    run (summary.json). A BenchError (a server that cannot start, a write that fails) leaves it
+    unsummarised. A run most of whose measured requests failed is no result: it is summarised
+    (its report shows the failures), then raised as a BenchError."""
+    complete, tally = execute(plan, rundir, show)
     rundir.update_manifest(complete=complete)
-    return complete, summarise(rundir.path)
+    comparison = rundir.summarise()
+    if tally.mostly_failed:
+        error = (
+            f"{tally.failed} of {tally.requests} measured requests failed"
+            f" (the first: {tally.first_error}); no result"
+        )
+        rundir.update_manifest(error=error)
+        raise BenchError(error)
+    return complete, comparison
 
 
-def execute(plan: RunPlan, rundir: RunDir, show: Callable[[SlotStatus], None]) -> bool:
-    """Run every slot; True when the whole schedule ran."""
+def execute(
+    plan: RunPlan, rundir: RunDir, show: Callable[[SlotStatus], None]
+) -> tuple[bool, Tally]:
+    """Run every slot; whether the whole schedule ran, and the measured requests."""
+    source = plan.scenario.source or plan.scenario.name
+    for letter, arm in plan.arms.items():
+        if arm.kind != "url":
+            try:
+                scenario = scenario_source(source, plan.scenario.size, arm.overrides)
+            except ConfigError as exc:  # the file changed since the plan read it
+                raise BenchError(str(exc)) from None
+            rundir.write_scenario(letter, scenario)
     collector = SpanCollector()
     stop = _StopFlag()
+    tally = Tally()
     try:
         with stop.installed():
             for slot, letter in enumerate(plan.letters):
-                if stop.set or not _run_slot(plan, rundir, collector, slot, letter, show, stop):
-                    return False
-        return True
+                if stop.set:
+                    return False, tally
+                _run_slot(plan, rundir, collector, slot, letter, show, stop, tally)
+        return not stop.set, tally
     except Interrupted:
-        return False
+        return False, tally
     finally:
         collector.close()
 
 
-def _run_slot(plan, rundir, collector, number, letter, show, stop) -> bool:
+def _run_slot(plan, rundir, collector, number, letter, show, stop, tally) -> None:
     arm = plan.arms[letter]
     slot = Slot(arm.name, letter, f"{letter}{number}", number // plan.block_size, number)
     status = SlotStatus(number, len(plan.letters), letter, arm.name, "starting")
     show(status)
     log = rundir.log_path(slot.server)
     record = ServerRecord(**asdict(slot), port=0, log=str(log), t0_unix=0.0, start_unix=time.time())
-    server = None
+    server = fault = None
     records, spans = [], []
     try:
         if arm.kind == "url":
@@ -124,9 +180,8 @@ def _run_slot(plan, rundir, collector, number, letter, show, stop) -> bool:
             record.healthy = True
         else:
             server = ServerProcess(
-                plan.scenario.name,
+                str(rundir.scenario_path(letter)),
                 size=plan.scenario.size,
-                overrides=",".join(f"{k}={v}" for k, v in arm.overrides.items()) or None,
                 cwd=arm.tree,
                 log_path=log,
                 server_id=slot.server,
@@ -139,16 +194,24 @@ def _run_slot(plan, rundir, collector, number, letter, show, stop) -> bool:
             record.healthy = True
             url, model = server.url, plan.scenario.name
         status.phase = "load"
-        result = _drive(plan, url, model, slot, status, show, stop)
+        watch = Watch(server, plan.stall_s)
+        result = _drive(plan, url, model, slot, status, show, stop, watch)
         records = result.records
         record.t0_unix = result.t0_unix
         record.steady_start_s, record.steady_end_s = result.steady_start_s, result.steady_end_s
         record.requests = sum(not r.warmup for r in records)
         record.failures = sum(not r.ok for r in records if not r.warmup)
-        if result.interrupted:
+        if result.interrupted and not watch.server_failed:
             record.error = "interrupted"
+        else:
+            record.error = fault = watch.fault(records)
+        if not watch.server_failed:  # a dead or stalled server's failures say nothing more
+            tally.add(records)
     except BenchError as exc:
         record.error = str(exc)
+        raise
+    except Interrupted:
+        record.error = "interrupted"
         raise
     finally:
         status.phase = "stopping"
@@ -156,20 +219,22 @@ def _run_slot(plan, rundir, collector, number, letter, show, stop) -> bool:
         if server is not None:
             record.exit_code = server.stop()
             stop.server = None
-            wait_s = LAST_WINDOW_WAIT_S if record.healthy else 0.0
+            wait_s = LAST_WINDOW_WAIT_S if record.healthy and fault is None else 0.0
             spans = collector.take(slot, wait_s)
         record.stop_unix = time.time()
-        rundir.append_slot(records, spans, record)
-    return record.error is None
+        rundir.append_slot(records, spans, record, failed=fault)
 
 
-def _drive(plan, url, model, slot, status, show, stop):
-    def on_progress(progress: Progress) -> None:
-        status.progress = progress
-        show(status)
-
+def _drive(plan, url, model, slot, status, show, stop, watch):
     async def load():
         event = asyncio.Event()
+
+        def on_progress(progress: Progress) -> None:
+            status.progress = progress
+            show(status)
+            if watch.check(progress):
+                event.set()
+
         stop.bind(asyncio.get_running_loop(), event)
         try:
             return await run_closed_loop(
@@ -190,8 +255,67 @@ def _drive(plan, url, model, slot, status, show, stop):
     return run_loop(load())
 
 
+class Watch:
+    """A slot's load watched on the progress tick (every 0.25 s, off the per-token path): a
+    server that exits, or a load in which no request finishes for `stall_s` while some are in
+    flight, stops the load at once. Afterwards `fault` says what failed the slot, if anything
+    did: a server that died, a stall, or most requests failed."""
+
+    def __init__(self, server: ServerProcess | None, stall_s: float):
+        self.server, self.stall_s = server, stall_s
+        self.exited: int | None = None  # the server's exit code, once seen
+        self.stalled_s: float | None = None  # when the stall began, on the load's clock
+        self._done, self._since = -1, 0.0
+
+    @property
+    def server_failed(self) -> bool:
+        """The server died or stalled (so far as the watch has seen)."""
+        return self.exited is not None or self.stalled_s is not None
+
+    def check(self, progress: Progress) -> bool:
+        """True when the load must stop."""
+        if self.server is not None and self.exited is None:
+            self.exited = self.server.exited()
+        if progress.done != self._done or progress.in_flight == 0:
+            self._done, self._since = progress.done, progress.elapsed_s
+        elif progress.elapsed_s - self._since >= self.stall_s and self.stalled_s is None:
+            self.stalled_s = self._since
+        return self.server_failed
+
+    def fault(self, records: list[RequestRecord]) -> str | None:
+        """What failed the slot, from the load's records; None for a slot that did not fail."""
+        if self.stalled_s is not None:
+            return (
+                f"stalled {self.stalled_s:.1f} s into the load: no request finished for"
+                f" {self.stall_s:g} s"
+            )
+        failed = [r for r in records if not r.ok]
+        server = self.server
+        if server is not None and self.exited is None and failed and not server.answers_health():
+            self.exited = server.wait_exit(EXIT_WAIT_S)  # its requests failed: is it dying?
+        if self.exited is not None:
+            when = f"{min(r.end_s for r in failed):.1f} s into the load" if failed else "under load"
+            said = server.last_log_line()
+            ends = f"; its log ends: {said}" if said else ""
+            return f"died {when} (exit code {exit_text(self.exited)}){ends}"
+        measured = [r for r in records if not r.warmup]
+        lost = [r for r in measured if not r.ok]
+        if measured and 2 * len(lost) > len(measured):
+            first = _what_failed(lost[0])
+            return f"{len(lost)} of {len(measured)} measured requests failed (the first: {first})"
+        return None
+
+
+def _what_failed(record: RequestRecord) -> str:
+    return record.error or f"HTTP {record.status}"
+
+
 class _StopFlag:
-    """Ctrl-C: the first sets the flag (and stops the load in progress); the run winds down."""
+    """Ctrl-C, SIGTERM or SIGHUP (the terminal closed): the first sets the flag (and stops the
+    load in progress); the run winds down. SIGKILL cannot be caught: the servers then die with
+    the harness (server.die_with_parent)."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
     def __init__(self):
         self.set = False
@@ -216,11 +340,10 @@ class _StopFlag:
 
         class _Ctx:
             def __enter__(self):
-                self.prev = signal.signal(signal.SIGINT, flag._handler)
-                self.prev_term = signal.signal(signal.SIGTERM, flag._handler)
+                self.previous = {sig: signal.signal(sig, flag._handler) for sig in flag.SIGNALS}
 
             def __exit__(self, *_):
-                signal.signal(signal.SIGINT, self.prev)
-                signal.signal(signal.SIGTERM, self.prev_term)
+                for sig, handler in self.previous.items():
+                    signal.signal(sig, handler)
 
         return _Ctx()

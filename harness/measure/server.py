@@ -1,13 +1,17 @@
 """A server process for one slot of the schedule: start, wait for /health, stop.
 
 The server runs in its own process group, so stopping it (SIGTERM, then SIGKILL after a
-grace period) takes its worker with it and leaves no orphans.
+grace period) takes its worker with it and leaves no orphans. It also dies with the harness:
+the kernel sends it SIGTERM when the thread that started it exits (PR_SET_PDEATHSIG), so a
+`bench` killed with SIGKILL leaves no server running.
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -26,14 +30,55 @@ def free_port(host: str = "127.0.0.1") -> int:
         return sock.getsockname()[1]
 
 
-def served_model(url: str) -> str | None:
-    """The first model an external OpenAI-compatible server lists (None if it lists none)."""
+def model_card(url: str) -> dict | None:
+    """The first model an external OpenAI-compatible server lists at /v1/models (None if it
+    lists none): its `id`, and `max_model_len` where the server says it (vLLM, this engine)."""
     try:
         with urllib.request.urlopen(f"{url}/v1/models", timeout=10) as resp:
             data = json.loads(resp.read()).get("data") or []
-    except (OSError, ValueError) as exc:
+        card = data[0] if data else None
+        if card is not None and not isinstance(card.get("id"), str):
+            raise ValueError("a model without an id")
+    except (OSError, ValueError, AttributeError, TypeError) as exc:
         raise BenchError(f"cannot reach {url}/v1/models ({exc}); is the server up?") from None
-    return data[0]["id"] if data else None
+    return card
+
+
+def served_model(url: str) -> str | None:
+    """The first model an external OpenAI-compatible server lists (None if it lists none)."""
+    card = model_card(url)
+    return None if card is None else card["id"]
+
+
+def exit_text(code: int) -> str:
+    """A process's exit code as a person reads it: `1`, or `-9 (SIGKILL)`."""
+    if code < 0:
+        try:
+            return f"{code} ({signal.Signals(-code).name})"
+        except ValueError:
+            pass
+    return str(code)
+
+
+_LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform == "linux" else None
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(sig: int = signal.SIGTERM):
+    """A `preexec_fn` that has the kernel send `sig` to the child when the thread that started
+    it exits, the harness killed with SIGKILL included; a child whose parent is already gone
+    signals itself. Linux only (elsewhere it does nothing). The child calls one C function and
+    nothing that takes a lock, so it is safe beside the harness's threads."""
+    parent = os.getpid()
+    prctl = _LIBC.prctl if _LIBC is not None else None
+
+    def set_signal() -> None:
+        if prctl is not None:
+            prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0)
+            if os.getppid() != parent:
+                os.kill(os.getpid(), sig)
+
+    return set_signal
 
 
 def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
@@ -91,8 +136,22 @@ class ServerProcess:
             stdout=self._log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            preexec_fn=die_with_parent(),
         )
         return self
+
+    def exited(self) -> int | None:
+        """The exit code when the server has exited (on its own, or stopped), else None."""
+        return None if self.proc is None else self.proc.poll()
+
+    def last_log_line(self) -> str | None:
+        """The last line the server logged, without its time stamp (None: no log, or empty)."""
+        try:
+            lines = self.log_path.read_text(errors="replace").splitlines() if self.log_path else []
+        except OSError:
+            return None
+        last = next((line.strip() for line in reversed(lines) if line.strip()), None)
+        return None if last is None else _TIME_STAMP.sub("", last)[:300]
 
     def wait_healthy(self, timeout: float = 180.0) -> None:
         deadline = time.monotonic() + timeout
@@ -102,17 +161,28 @@ class ServerProcess:
                     f"server exited with code {self.proc.returncode} before becoming healthy; "
                     f"see {self.log_path or 'its output'}"
                 )
-            try:
-                with urllib.request.urlopen(f"{self.url}/health", timeout=2) as resp:
-                    if resp.status == 200:
-                        return
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                pass
+            if self.answers_health():
+                return
             time.sleep(0.2)
         self.stop()
         raise BenchError(
             f"server not healthy after {timeout:.0f} s; see {self.log_path or 'its output'}"
         )
+
+    def answers_health(self, timeout: float = 2.0) -> bool:
+        """/health answers 200 now (a server whose worker is gone answers 503)."""
+        try:
+            with urllib.request.urlopen(f"{self.url}/health", timeout=timeout) as resp:
+                return resp.status == 200
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            return False
+
+    def wait_exit(self, timeout: float) -> int | None:
+        """The exit code once the server has exited, waiting up to `timeout` s; else None."""
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
 
     def stop(self, grace: float = 10.0) -> int | None:
         """SIGTERM the process group, SIGKILL it after `grace` seconds; the exit code."""
@@ -120,6 +190,7 @@ class ServerProcess:
             return None
         if self.proc.poll() is None:
             _signal_group(self.proc.pid, signal.SIGTERM)
+            _signal_group(self.proc.pid, signal.SIGCONT)  # a stopped process takes it too
             try:
                 self.proc.wait(timeout=grace)
             except subprocess.TimeoutExpired:
@@ -137,6 +208,9 @@ class ServerProcess:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+_TIME_STAMP = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ ")  # logging's asctime
 
 
 def _signal_group(pid: int, sig: int) -> None:

@@ -1,0 +1,112 @@
+"""Checks before the first server starts (docs/RELIABILITY.md, faults 9 and 14): every URL arm
+answers, the load fits every arm's engine, and the load can reach a steady window at all. A run
+that fails one would spend its servers' minutes on nothing; each is one line instead.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Mapping, Sequence
+
+import msgspec
+
+from engine.config import Scenario
+from harness.errors import BenchError
+from harness.measure.request_sequence import RequestSequence, RequestSpec
+from harness.measure.runner import RunPlan
+from harness.measure.server import model_card
+
+WINDOW_CHECK_MAX = 20_000  # longer sequences are not modelled (their window is not in doubt)
+
+
+def preflight(plan: RunPlan, engines: Mapping[str, Scenario | None]) -> None:
+    """Raise a BenchError when the run cannot give a result. `engines` holds each arm's
+    resolved scenario by letter (None for a URL arm, whose server is asked instead)."""
+    for letter, arm in sorted(plan.arms.items()):
+        if arm.kind == "url":
+            card = model_card(arm.url)
+            limit = (card or {}).get("max_model_len")
+            if isinstance(limit, int) and limit > 0:
+                check_fits(plan.scenario, limit, f"arm {arm.name} ({arm.url})")
+        else:
+            limit = engines[letter].engine.max_model_len
+            check_fits(plan.scenario, limit, f"arm {arm.name}'s engine.max_model_len")
+    if plan.duration_s is None and len(plan.requests) <= WINDOW_CHECK_MAX:
+        check_window(plan.requests, plan.concurrency, plan.warmup)
+
+
+def check_fits(scenario: Scenario, max_model_len: int, where: str) -> None:
+    """The longest request of the load (prompt + output) within the engine's window."""
+    prompt, output = scenario.load.prompt_tokens[1], scenario.load.output_tokens[1]
+    if prompt + output > max_model_len:
+        raise BenchError(
+            f"the load does not fit {where}: prompts up to {prompt} + outputs up to {output}"
+            f" tokens > {max_model_len}; shorten load.prompt_tokens or load.output_tokens"
+            " (a scenario file) or raise engine.max_model_len"
+        )
+
+
+def check_window(requests: Sequence[RequestSpec], concurrency: int, warmup: int) -> None:
+    """Refuse a load whose closed loop has no steady window even in `steady_window`'s model."""
+    lengths = [requests[i].max_tokens for i in range(len(requests))]
+    if steady_window(lengths, concurrency, warmup) > 0:
+        return
+    measured = len(requests) - warmup
+    if len(requests) < concurrency:
+        why = f"{len(requests)} requests in all never keep {concurrency} in flight"
+    else:
+        why = f"the last of {warmup} warmup requests ends after the {measured} measured run out"
+    advice = "give more --requests"
+    enough = _fewest_measured(requests, concurrency, warmup, max(lengths))
+    if enough is not None:
+        advice = f"give --requests {enough} or more"
+    raise BenchError(f"no steady window at -c {concurrency}: {why}; {advice}, or fewer --warmup")
+
+
+def steady_window(lengths: Sequence[int], concurrency: int, warmup: int) -> int:
+    """Steps of the closed loop's steady window (docs/LOADGEN.md) if request i took
+    lengths[i] steps: C lanes start together; the window opens when the last warmup request
+    ends and closes at the first end that finds the sequence exhausted; 0 when it has none. With
+    C requests in flight the batch, hence a step, keeps one size, so steps stand for time."""
+    if len(lengths) < concurrency:
+        return 0  # the lanes are never all busy
+    ends = [(lengths[i], i) for i in range(concurrency)]
+    heapq.heapify(ends)
+    warmup_done = max(lengths[: min(warmup, concurrency)], default=0)
+    following = concurrency
+    while True:
+        end, _ = heapq.heappop(ends)
+        if following == len(lengths):
+            return max(0, end - warmup_done)
+        finish = end + lengths[following]
+        if following < warmup:
+            warmup_done = max(warmup_done, finish)
+        heapq.heappush(ends, (finish, following))
+        following += 1
+
+
+def _fewest_measured(
+    requests: Sequence[RequestSpec], concurrency: int, warmup: int, margin: int
+) -> int | None:
+    """The fewest measured requests whose modelled window lasts `margin` steps (the longest
+    request): a window with room to spare. None when the sequence cannot be drawn longer."""
+    if not isinstance(requests, RequestSequence):
+        return None
+    lengths: list[int] = []
+
+    def window(measured: int) -> int:
+        count = warmup + measured
+        if len(lengths) < count:  # the same seed: a longer sequence begins with this one
+            longer = msgspec.structs.replace(requests, count=count)
+            lengths.extend(longer[i].max_tokens for i in range(len(lengths), count))
+        return steady_window(lengths[:count], concurrency, warmup)
+
+    low = high = len(requests) - warmup  # window(low) < margin <= window(high), once found
+    while window(high) < margin:
+        low, high = high, 2 * high
+        if warmup + high > 8 * WINDOW_CHECK_MAX:
+            return None
+    while high - low > 1:  # the window only grows with the measured requests
+        middle = (low + high) // 2
+        low, high = (low, middle) if window(middle) >= margin else (middle, high)
+    return high
