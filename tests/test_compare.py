@@ -14,7 +14,7 @@ from rich.console import Console
 from harness.analysis import phases
 from harness.analysis.compare import Comparison, compare
 from harness.analysis.schema import RequestRecord, ServerRecord, Slot, SpanRecord
-from harness.analysis.stats import FASTER, NO_CHANGE, NOT_ENOUGH, SLOWER, WITHIN_BLOCK
+from harness.analysis.stats import FASTER, NO_CHANGE, NOT_ENOUGH, SLOWER, ONE_BLOCK
 from harness.show.comparison import render
 
 STREAMS, TOKENS, RUN_S, WINDOW = 4, 20, 6.0, (1.0, 5.0)
@@ -178,8 +178,8 @@ def test_one_block_is_a_weaker_estimate():
     requests, spans, servers, _ = run(blocks=1, seed=4)
     result = compare(requests, spans, servers, LABELS)
     headline = row(result, "output_tok_per_s")
-    assert headline.change.method == WITHIN_BLOCK and result.blocks == 1
-    assert any("1 paired block(s)" in d for d in result.doubts)
+    assert headline.change.method == ONE_BLOCK and result.blocks == 1
+    assert any("1 block(s) with both arms" in d for d in result.doubts)
 
 
 def test_noisy_run_asks_for_more_blocks():

@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 
 from engine.config import ConfigError, load_scenario
+from harness.analysis.stats import schedule
 from harness.commands.report import report_run
 from harness.errors import BenchError
 from harness.measure.arms import resolve_arms
@@ -23,7 +24,7 @@ from harness.show.progress import RunProgress
 def main(
     scenario: str = typer.Argument(..., help="Scenario name (bench scenarios lists them)."),
     concurrency: int = typer.Option(..., "--concurrency", "-c", min=1, help="Requests in flight."),
-    abba: bool = typer.Option(False, "--abba", help="Run A B B A blocks (else A B)."),
+    abba: bool = typer.Option(False, "--abba", help="ABBA and BAAB blocks in turn (else AB, BA)."),
     blocks: int = typer.Option(1, min=1, help="Repeat the block this many times."),
     arm: list[str] = typer.Option([], "--arm", help="NAME=SPEC, twice (A then B)."),
     requests: int | None = typer.Option(None, min=1, help="Measured requests per server."),
@@ -55,7 +56,7 @@ def main(
         console.print(f"size [bold]{resolved.size}[/] ({resolved.size_reason})")
     if arms[0].same_code_as(arms[1]):
         console.print("arms A and B run the same code and settings: this is an A/A check")
-    letters = (["A", "B", "B", "A"] if abba else ["A", "B"]) * blocks
+    letters = schedule(blocks, abba)
     count = warm + (measured if duration is None else 1_000_000)
     plan = RunPlan(
         scenario=resolved,

@@ -1,6 +1,7 @@
 """The schedule: for each slot, a fresh server, warmup, closed-loop load, drain, stop.
 
-Runs the slots in A B B A order (x blocks), collects every slot's request records and span
+Runs the slots block by block, alternating the order (A B B A then B A A B, or A B then
+B A: analysis.stats.schedule), collects every slot's request records and span
 records into the run directory as it goes, and stops cleanly on Ctrl-C: the server is
 stopped, what was measured is written, and the manifest says the run is incomplete. Every
 row is stamped with its slot (arm, letter, server, block, slot) as it is recorded; when the
@@ -39,7 +40,7 @@ LAST_WINDOW_WAIT_S = 2.0
 class RunPlan:
     scenario: Scenario
     arms: dict[str, Arm]  # letter -> arm
-    letters: list[str]  # the schedule, e.g. A B B A A B B A
+    letters: list[str]  # the schedule (`schedule`), e.g. A B B A B A A B
     block_size: int  # letters per block (4 with --abba, else 2)
     concurrency: int
     requests: Sequence[RequestSpec]
