@@ -56,7 +56,11 @@ PREMATERIALIZE = POSTPROCESS + "prematerialize"
 # Handling one message (MESSAGE + its tag), and the stage laps inside one (+ "." + stage).
 MESSAGE = "worker.msg."
 ADD_REQUEST = MESSAGE + "add_request"
+# Removing a finished or aborted request. No message: it runs inside the postprocess's tail
+# and inside the abort message's own span, so a total over the messages leaves it out
+# (NOT_MESSAGES). The name keeps its prefix so that every engine revision's spans compare.
 REMOVE_REQUEST = MESSAGE + "remove_request"
+NOT_MESSAGES = (REMOVE_REQUEST,)
 # Counts, one sample per iteration.
 ROWS_PER_STEP = "worker.rows_per_step"
 TOKENS_PER_STEP = "worker.tokens_per_step"

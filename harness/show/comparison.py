@@ -8,9 +8,16 @@ from rich.markup import escape
 from rich.table import Table
 
 from harness.analysis.compare import Comparison
-from harness.analysis.phases import ALL_MESSAGES, POSTPROCESS_WORK
+from harness.analysis.phases import POSTPROCESS_WORK
 from harness.analysis.schema import LETTERS
-from harness.show.format import caption, change_text, joined, number, verdict_text
+from harness.show.format import (
+    MESSAGE_NOTE,
+    caption,
+    change_text,
+    joined,
+    number,
+    verdict_text,
+)
 
 
 def render(result: Comparison) -> Group:
@@ -49,7 +56,8 @@ def render(result: Comparison) -> Group:
             )
         parts.append(phases)
     if result.messages:
-        messages = table(f"ms per request ({ALL_MESSAGES})", "stage", a, b)
+        messages = table("ms per request", "stage", a, b)
+        messages.caption = MESSAGE_NOTE
         for m in result.messages:
             messages.add_row(("  " if m.parent else "") + m.name, number(m.a_ms), number(m.b_ms))
         parts.append(messages)

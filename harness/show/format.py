@@ -5,8 +5,15 @@ from __future__ import annotations
 
 import math
 
+from engine.spans import NOT_MESSAGES
 from harness.analysis.compare import Comparison
+from harness.analysis.phases import ALL_MESSAGES
 from harness.analysis.stats import BETWEEN_RUNS, ONE_BLOCK, Change
+
+MESSAGE_NOTE = (
+    f"{ALL_MESSAGES} adds the messages the worker received; {', '.join(NOT_MESSAGES)} runs"
+    " inside the postprocess's tail or an abort message, so it is not in that total"
+)
 
 
 def number(value: float | None) -> str:

@@ -20,7 +20,7 @@ from harness.analysis.power import mismatch, rates_for
 from harness.analysis.power_stats import PLANTED, POWER
 from harness.analysis.schema import LETTERS
 from harness.analysis.stats import BETWEEN_RUNS, FASTER, NO_CHANGE, NO_VERDICT, ONE_BLOCK, SLOWER
-from harness.show.format import caption, number
+from harness.show.format import MESSAGE_NOTE, caption, number
 from harness.show.report.blocks import Block, Bullets, Heading, Image, Text
 from harness.show.report.evidence import Evidence
 from harness.show.report.tables import (
@@ -76,8 +76,8 @@ def document(evidence: Evidence, drawn: Drawn, relative_to: Path) -> list[Block]
             *image("phases"),
         ]
     if c.messages:
-        heading = Heading(f"Message cost (ms per request, `{phases.ALL_MESSAGES}`)")
-        blocks += [heading, message_table(c, a, b)]
+        heading = Heading("Message cost (ms per request)")
+        blocks += [heading, message_table(c, a, b), Text(f"*{MESSAGE_NOTE}.*")]
     blocks += [Heading("Latency and load over time"), *image("latency"), *image("timeline")]
     if drawn.skipped:
         blocks.append(Text("Not drawn: " + "; ".join(drawn.skipped) + "."))
