@@ -90,3 +90,14 @@ def test_records_of_an_engine_older_than_windows_are_still_read(collector, publi
     taken = collector.take(A0, wait_s=10.0)
     assert [(r.first_iter, r.n, r.sum) for r in taken] == [(1, 10, 1e6), (11, 10, 1e6)]
     assert taken[1].p50 == 1e5 and taken[1].mean_batch == 2.0
+
+
+def test_an_untimed_arm_runs_its_servers_without_phase_timing(collector):
+    """scripts/timing_cost.py compares timing on (A) against off (B) on one tree."""
+    from engine import env
+    from harness.measure.runner import RunPlan, _timing
+
+    plan = RunPlan(None, {}, list("ABBA"), 4, 4, [], 0, 50, untimed=("B",))
+    on, off = _timing(plan, "A", collector), _timing(plan, "B", collector)
+    assert on[env.PHASE_TIMING.name] == "50" and on[env.SPAN_ADDR.name] == collector.address
+    assert off.get(env.PHASE_TIMING.name, "0") == "0" and not off.get(env.SPAN_ADDR.name)

@@ -27,7 +27,8 @@ def comparison_doubts(
     external: Collection[str],
 ) -> list[str]:
     """Failed requests, unhealthy servers, missing steady windows, untimed tokens, too few
-    blocks, figures too noisy to decide, missing spans, a postprocess work below zero."""
+    blocks, figures too noisy to decide, missing spans, a postprocess work below zero.
+    `external` names the letters whose servers send no spans by design."""
     doubts = []
     for letter in LETTERS:
         failed = sum(s.failed for s in result.servers if s.letter == letter)
@@ -59,7 +60,7 @@ def comparison_doubts(
     for letter in LETTERS:
         if not (spans["letter"] == letter).any():
             doubts.append(
-                f"no spans from arm {letter} (an external server has none)"
+                f"no spans from arm {letter} (none expected: an external server, or timing off)"
                 if letter in external
                 else f"no spans from arm {letter}: run its servers with the phase-timing flag"
             )

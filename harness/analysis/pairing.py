@@ -18,7 +18,7 @@ from pathlib import PurePath
 import pandas as pd
 
 from harness.analysis.compare import Comparison, compare
-from harness.analysis.stats import BETWEEN_RUNS
+from harness.analysis.stats import BETWEEN_RUNS, Rule
 
 Run = tuple[dict, dict[str, pd.DataFrame]]  # a run directory's manifest and tables
 
@@ -48,7 +48,11 @@ def run_labels(paths_a: list[str], paths_b: list[str], runs_a, runs_b) -> dict[s
 
 
 def pair_runs(
-    runs_a: list[Run], runs_b: list[Run], labels: dict[str, str], command: str
+    runs_a: list[Run],
+    runs_b: list[Run],
+    labels: dict[str, str],
+    command: str,
+    rule: Rule = Rule(),
 ) -> tuple[dict, dict[str, pd.DataFrame], Comparison]:
     """The runs as one comparison: a manifest, tables relabelled A and B with one block per
     run, and their comparison over runs."""
@@ -74,6 +78,7 @@ def pair_runs(
         labels,
         external=sorted(set(external)),
         headline=runs_a[0][0]["scenario"]["headline"],
+        rule=rule,
         unit=BETWEEN_RUNS,
     )
     result.doubts[:0] = _doubts(sides, labels)

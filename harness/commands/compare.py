@@ -12,6 +12,7 @@ from pathlib import Path
 import typer
 
 from harness.analysis.pairing import pair_runs, run_labels
+from harness.analysis.stats import Rule
 from harness.errors import BenchError
 from harness.results import RESULTS, load_runs, report_context
 from harness.show.comparison import render
@@ -26,6 +27,7 @@ def main(
     as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON."),
     report: Path | None = typer.Option(None, help="Write report.md and plots into this directory."),
     html: bool = typer.Option(False, "--html", help="With --report, also write report.html."),
+    margin: float = typer.Option(0.05, min=0.0, help="No change: whole CI within +-this."),
 ) -> None:
     """Compare recorded runs as arms A and B; exit 1 when B's headline figure is slower (a
     verdict needs two or more runs of each side)."""
@@ -36,7 +38,8 @@ def main(
     paths = [[str(p) for p, _, _ in side] for side in sides]
     runs = [[(m, f) for _, m, f in side] for side in sides]
     labels = run_labels(*paths, *runs)
-    manifest, frames, result = pair_runs(*runs, labels, " ".join(sys.argv))
+    rule = Rule(margin=margin)
+    manifest, frames, result = pair_runs(*runs, labels, " ".join(sys.argv), rule)
     if as_json:
         print(json.dumps(result.to_json(), indent=2))
     else:

@@ -34,6 +34,7 @@ def main(
     size: str | None = typer.Option(None, help="Model size (default: by machine)."),
     out: Path | None = typer.Option(None, help="Run directory (default results/<run-id>)."),
     shards: int = typer.Option(1, min=1, help="Client processes for the load."),
+    margin: float = typer.Option(0.05, min=0.0, help="No change: whole CI within +-this."),
     report: bool = typer.Option(False, "--report", help="Write report.md and plots too."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
@@ -69,6 +70,7 @@ def main(
         period=period,
         duration_s=duration,
         shards=shards,
+        margin=margin,
     )
     run_id = new_run_id(resolved.name)
     rundir = RunDir(out or RESULTS / run_id)

@@ -20,6 +20,7 @@ from engine import env
 from engine.config import Scenario
 from harness.analysis.compare import Comparison
 from harness.analysis.schema import ServerRecord, Slot
+from harness.analysis.stats import Rule
 from harness.errors import BenchError
 from harness.measure.arms import Arm
 from harness.measure.event_loop import run_loop
@@ -49,6 +50,8 @@ class RunPlan:
     duration_s: float | None = None
     health_timeout_s: float = 300.0
     shards: int = 1
+    margin: float = Rule().margin  # "no change": the whole interval within +-margin
+    untimed: tuple[str, ...] = ()  # letters whose servers run without phase timing
 
     def manifest(self, run_id: str, command: str, measured: int, arms: list[dict]) -> dict:
         """manifest.json of the run (docs/RESULTS.md); `complete` until the schedule ends."""
@@ -65,6 +68,8 @@ class RunPlan:
             "duration_s": self.duration_s,
             "warmup": self.warmup,
             "period": self.period,
+            "margin": self.margin,
+            "untimed": list(self.untimed),
             "machine": machine(),
             "complete": False,
         }
@@ -131,7 +136,7 @@ def _run_slot(plan, rundir, collector, number, letter, show, stop) -> bool:
                 cwd=arm.tree,
                 log_path=log,
                 server_id=slot.server,
-                env=env.timing_environment(plan.period, span_addr=collector.address),
+                env=_timing(plan, letter, collector),
             )
             record.port = server.port
             server.start()
@@ -162,6 +167,14 @@ def _run_slot(plan, rundir, collector, number, letter, show, stop) -> bool:
         record.stop_unix = time.time()
         rundir.append_slot(records, spans, record)
     return record.error is None
+
+
+def _timing(plan: RunPlan, letter: str, collector: SpanCollector) -> dict[str, str]:
+    """The phase-timing variables of a server: off for an untimed arm (timing on against off
+    is then a comparison of its own: scripts/timing_cost.py)."""
+    if letter in plan.untimed:
+        return env.timing_environment(0)
+    return env.timing_environment(plan.period, span_addr=collector.address)
 
 
 def _drive(plan, url, model, slot, status, show, stop):
