@@ -140,7 +140,10 @@ def compare(
     def rule_for(name: str) -> Rule:
         return rule if name == headline else rule.family(family)
 
-    figures = [_figure_row(fig, per_server, per_arm, judge, rule_for(fig.name)) for fig in listed]
+    figures = [
+        _figure_row(fig, per_server, per_arm, judge, rule_for(fig.name), fig.name == headline)
+        for fig in listed
+    ]
     result = Comparison(
         labels={letter: labels.get(letter, letter) for letter in LETTERS},
         headline=headline,
@@ -168,7 +171,9 @@ def _judge(unit: str):
     return paired_change if unit == IN_BLOCKS else run_change
 
 
-def _figure_row(fig: metrics.Figure, per_server, per_arm, judge, rule: Rule) -> FigureRow:
+def _figure_row(
+    fig: metrics.Figure, per_server, per_arm, judge, rule: Rule, plan: bool
+) -> FigureRow:
     values = _values(per_server, fig.name)
     return FigureRow(
         fig.name,
@@ -177,7 +182,7 @@ def _figure_row(fig: metrics.Figure, per_server, per_arm, judge, rule: Rule) -> 
         fig.higher_is_better,
         a=per_arm[fig.name].get("A"),
         b=per_arm[fig.name].get("B"),
-        change=judge(values, "A", "B", fig.higher_is_better, rule),
+        change=judge(values, "A", "B", fig.higher_is_better, rule, plan),
         servers_a=values.loc[values["letter"] == "A", "value"].tolist(),
         servers_b=values.loc[values["letter"] == "B", "value"].tolist(),
     )
@@ -188,7 +193,9 @@ def _phase_rows(spans, per_server: pd.DataFrame, waits, judge, rule_for) -> list
     rows = []
     for name, values in per_server.groupby("name", sort=True):
         values = values.rename(columns={"ms_per_iter": "value"})
-        change = judge(values, "A", "B", False, rule_for(name))
+        # blocks needed: for the headline and the postprocess's own work only (doubts.py)
+        plan = name == phases.POSTPROCESS_WORK
+        change = judge(values, "A", "B", False, rule_for(name), plan)
         a, b = (pooled["ms_per_iter"].get((name, letter)) for letter in LETTERS)
         rows.append(PhaseRow(name, a, b, change))
     return rows

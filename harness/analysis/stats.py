@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from statistics import NormalDist
 
 import numpy as np
 import pandas as pd
@@ -160,32 +161,43 @@ def usable(values: pd.DataFrame, a: str, b: str) -> pd.DataFrame:
 
 
 def paired_change(
-    values: pd.DataFrame, a: str, b: str, higher_is_better: bool, rule: Rule = Rule()
+    values: pd.DataFrame,
+    a: str,
+    b: str,
+    higher_is_better: bool,
+    rule: Rule = Rule(),
+    plan: bool = True,
 ) -> Change:
-    """The change of B against A within one run, from per-server values, with its verdict."""
+    """The change of B against A within one run, from per-server values, with its verdict.
+    With `plan`, a "not enough data" change says how many blocks would decide it."""
     rows = usable(values, a, b)
     design = Design(rows["block"].to_numpy(), (rows["letter"] == b).to_numpy())
     blocks = design.block_count
     if not blocks or design.df < 1:
-        needed = _blocks_needed(None, design, rule)
-        return Change(None, None, None, blocks, NONE, 0, NOT_ENOUGH, needed, rule.level)
+        return Change(None, None, None, blocks, NONE, 0, NOT_ENOUGH, None, rule.level)
     effect, se = fit(np.log(rows["value"].to_numpy(float)), design)
     method = BLOCKS if blocks >= 2 else ONE_BLOCK
     change = _change(float(effect), float(se), design.df, blocks, method, higher_is_better, rule)
-    if change.verdict != NOT_ENOUGH:
+    if change.verdict != NOT_ENOUGH or not plan:
         return change
     spread = float(se) * math.sqrt(design.information)  # one server's residual sd
     return replace(change, blocks_needed=_blocks_needed(spread, design, rule))
 
 
 def run_change(
-    values: pd.DataFrame, a: str, b: str, higher_is_better: bool, rule: Rule = Rule()
+    values: pd.DataFrame,
+    a: str,
+    b: str,
+    higher_is_better: bool,
+    rule: Rule = Rule(),
+    plan: bool = False,
 ) -> Change:
     """The change of B against A between recorded runs: `block` names the run. Each run is
     one replicate (the mean of its servers' log values); with two or more runs a side, a
     two-sample t-interval on n_A + n_B - 2 degrees of freedom; with one run a side, the
     change alone, with no interval and no verdict (a run-to-run difference cannot be told
-    from a change of code without replicates of the runs)."""
+    from a change of code without replicates of the runs). `plan` is paired_change's; runs
+    are not planned in blocks."""
     rows = values[values["letter"].isin([a, b]) & (values["value"] > 0)]
     runs = np.log(rows["value"].astype(float)).groupby([rows["letter"], rows["block"]]).mean()
     logs_a = runs.get(a, pd.Series(dtype=float)).to_numpy(float)
@@ -273,7 +285,9 @@ def _blocks_needed(spread: float | None, design: Design, rule: Rule) -> int | No
     if per_block_info <= 0:
         return None
     target = math.log1p(rule.margin) / 2
-    for count in range(1, MAX_BLOCKS + 1):
+    z = NormalDist().inv_cdf((1 + rule.level) / 2)  # t > z: fewer blocks never suffice
+    fewest = max(1, math.floor((z * spread / target) ** 2 / per_block_info))
+    for count in range(fewest, MAX_BLOCKS + 1):
         df = round(count * per_block_servers) - count - 1
         if df < 1:
             continue
