@@ -2,9 +2,11 @@
 
 The code measured is BENCH_TREE's (`bench nightly` points it at a worktree of the commit it
 records, BENCH_COMMIT), or this repository's when it is unset. BENCH_TREE goes first on
-sys.path and this repository after it, so the `engine` and `harness` packages imported are the
-commit's; a commit whose packages lack a module the suite imports records a failed benchmark
-(docs/NIGHTLY.md).
+sys.path and this repository after it, so the microbenchmarks time the commit's `engine`; a
+commit whose engine lacks what a benchmark calls records a failed benchmark
+(docs/NIGHTLY.md). The session benchmark runs the commit's engine as servers under this
+repository's harness, in a process of its own (bench_session.py), so every commit is measured
+by one harness version.
 """
 
 from __future__ import annotations

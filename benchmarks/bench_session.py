@@ -1,10 +1,15 @@
-"""One short engine session per commit, its figures tracked by asv; one scheduler step timed.
+"""One short engine session per commit, its figures tracked by asv with a spread; one scheduler
+step timed.
 
-`setup_cache` runs the session the way `bench run` runs its schedule
-(harness.measure.runner.run_schedule: a fresh server with phase timing, a closed loop, the
-span collector, then the run summarised once), keeps it as a run directory
-(BENCH_ASV_SESSIONS/<commit>/, default results/asv/sessions/) and takes the figures from its
-summary, so they are the numbers `bench run` reports for that session.
+`setup_cache` runs the session (harness.measure.session: SERVERS fresh servers of the
+commit's engine, a closed loop each, phase timing, summarised like `bench run`'s) in a
+process of its own that imports this checkout's harness, never the commit's: every commit is
+measured by one harness version, and only the engine is the commit's. It keeps the run
+directory (BENCH_ASV_SESSIONS/<commit>/, default results/asv/sessions/).
+
+Each tracked figure returns its per-server samples the way asv's timing benchmarks do
+({"samples": [...], "number": 1}): asv records their median as the value, with the spread
+(quartiles, a 99% interval of the median) that `asv compare` and the HTML show.
 
 asv counts a larger value as worse and cannot be told otherwise (asv issue #1617), so every
 figure is tracked as a cost: throughput as ms per 1,000 output tokens.
@@ -12,90 +17,67 @@ figure is tracked as a cost: throughput as ms per 1,000 output tokens.
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 from benchmarks import COMMIT, REPO, TREE
-
-SCENARIO, SIZE = "qwen35", "tiny"
-CONCURRENCY, REQUESTS, WARMUP, PERIOD = 4, 16, 2, 100
 
 
 def sessions_dir() -> Path:
     return Path(os.environ.get("BENCH_ASV_SESSIONS") or REPO / "results" / "asv" / "sessions")
 
 
-def run_session(path: Path):
-    """The session: one server of this tree's engine, the closed loop at CONCURRENCY; its
-    summary (a `Comparison`), or RuntimeError when it did not finish."""
-    from engine.config import load_scenario
-    from engine.models import vocab_size
-    from harness.measure.arms import Arm
-    from harness.measure.request_sequence import build_requests
-    from harness.measure.runner import RunPlan, run_schedule
-    from harness.results import RunDir
-
-    scenario = load_scenario(SCENARIO, SIZE)
-    kind, spec = ("ref", COMMIT) if COMMIT else ("worktree", "worktree")
-    arm = Arm("A", "session", kind, spec, COMMIT, tree=str(TREE))
-    requests = build_requests(scenario.load, vocab_size(scenario.model), WARMUP + REQUESTS)
-    plan = RunPlan(scenario, {"A": arm}, ["A"], 1, CONCURRENCY, requests, WARMUP, PERIOD)
-    rundir = RunDir(path)
-    manifest = plan.manifest(f"asv-{path.name}", "asv bench_session", REQUESTS, [arm.manifest()])
-    rundir.write_manifest(manifest)
-    complete, summary = run_schedule(plan, rundir, lambda status: None)
-    if not complete:
-        raise RuntimeError(f"the session did not finish; see {path}/logs")
-    return summary
+def run_session(path: Path) -> dict[str, list[float | None]]:
+    """The session's per-server samples, measured by this checkout's harness (REPO) on the
+    commit's engine (TREE); RuntimeError when it did not finish."""
+    env = {k: v for k, v in os.environ.items() if k not in ("BENCH_TREE", "BENCH_COMMIT")}
+    env["PYTHONPATH"] = str(REPO)  # this checkout's harness, whatever asv's path holds
+    cmd = [sys.executable, "-m", "harness.measure.session", "--tree", str(TREE)]
+    cmd += ["--out", str(path)] + (["--commit", COMMIT] if COMMIT else [])
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"the session failed:\n{proc.stderr[-2000:]}")
+    return json.loads((path / "samples.json").read_text())
 
 
-def figures(summary: dict) -> dict[str, float | None]:
-    """The tracked costs from a run's summary (summary.json of `bench run`), arm A's values."""
-    from harness.analysis.phases import ALL_MESSAGES, POSTPROCESS_WORK
-
-    by_name = {f["figure"]: f["a"] for f in summary["figures"]}
-    phases = {p["name"]: p["a_ms"] for p in summary["phases"]}
-    messages = {m["name"]: m["a_ms"] for m in summary["messages"]}
-    tok_s = by_name.get("output_tok_per_s")
-    return {
-        "ms_per_1k_tokens": 1e6 / tok_s if tok_s else None,
-        "postprocess_ms_per_iter": phases.get(POSTPROCESS_WORK),
-        "message_ms_per_request": messages.get(ALL_MESSAGES),
-        "ttft_p50_ms": by_name.get("ttft_p50_ms"),
-    }
+def tracked(values: list[float | None]) -> dict | None:
+    """Per-server values as asv's samples (None: no server measured the figure)."""
+    found = [v for v in values if v is not None]
+    return {"samples": found, "number": 1} if found else None
 
 
 class Session:
-    """The session's figures, as costs (larger is worse)."""
+    """The session's figures, as costs (larger is worse), one sample per server."""
 
-    def setup_cache(self) -> dict[str, float | None]:
-        summary = run_session(sessions_dir() / (COMMIT or "worktree"))
-        if summary.doubts:
-            print("doubts:", *summary.doubts, sep="\n  ")
-        return figures(summary.to_json())
+    def setup_cache(self) -> dict[str, list[float | None]]:
+        return run_session(sessions_dir() / (COMMIT or "worktree"))
 
-    setup_cache.timeout = 600
+    setup_cache.timeout = 900
 
     def track_ms_per_1k_tokens(self, cache):
         """Steady output throughput as a cost: 1e6 / (output tok/s)."""
-        return cache["ms_per_1k_tokens"]
+        return tracked(cache["ms_per_1k_tokens"])
 
     track_ms_per_1k_tokens.unit = "ms/1k tokens"
 
     def track_postprocess_ms_per_iter(self, cache):
         """The postprocess's own work per worker iteration (waits subtracted)."""
-        return cache["postprocess_ms_per_iter"]
+        return tracked(cache["postprocess_ms_per_iter"])
 
     track_postprocess_ms_per_iter.unit = "ms/iteration"
 
     def track_message_ms_per_request(self, cache):
-        """Worker message handling (worker.msg.*) per request."""
-        return cache["message_ms_per_request"]
+        """Worker message handling (worker.msg.*, the messages received) per request."""
+        return tracked(cache["message_ms_per_request"])
 
     track_message_ms_per_request.unit = "ms/request"
 
     def track_ttft_p50_ms(self, cache):
-        return cache["ttft_p50_ms"]
+        """TTFT p50 over each server's steady window."""
+        return tracked(cache["ttft_p50_ms"])
 
     track_ttft_p50_ms.unit = "ms"
 

@@ -1,14 +1,19 @@
 """The span wire: what a worker's phase timing emits and the harness collects.
 
-One place for the span record, the names of the spans and counts, and the two messages on
-the span socket. The worker emits them (engine/worker/timing.py, engine/worker/worker.py);
-the harness collects and analyses them and imports nothing under engine/worker. The
-variables that turn timing on are declared in engine/env.py. Table: docs/SPANS.md.
+One place for the span window, the span record, the names of the spans and counts, and the
+messages on the span socket. The worker sends each window's raw samples (`SpanWindow`) and
+computes nothing from them: percentiles, encoding and publishing would otherwise run on its
+critical path every `period` iterations. The harness turns a window into one record per name
+(`window_records`), and still reads the records older engines publish. The worker emits them
+(engine/worker/timing.py, engine/worker/worker.py); the harness collects and analyses them
+and imports nothing under engine/worker. The variables that turn timing on are declared in
+engine/env.py. Table: docs/SPANS.md.
 """
 
 from __future__ import annotations
 
 import msgspec
+import numpy as np
 
 
 class SpanWindowRecord(msgspec.Struct):
@@ -30,6 +35,60 @@ class SpanWindowRecord(msgspec.Struct):
     end_unix: float  # wall time it was emitted
 
 
+class SpanWindow(msgspec.Struct):
+    """One window of `period` worker iterations as the worker sends it: every sample of every
+    span and count name, raw (little-endian int64 arrays; ns for spans)."""
+
+    server: str
+    first_iter: int
+    last_iter: int
+    rows: int  # rows stepped over the window's iterations
+    start_unix: float  # wall time the window opened
+    end_unix: float  # wall time it was sent
+    spans: dict[str, bytes]
+    counts: dict[str, bytes]
+
+
+SAMPLE = np.dtype("<i8")
+
+
+def samples(values: list[int]) -> bytes:
+    """A name's samples as they cross the wire."""
+    return np.asarray(values, dtype=SAMPLE).tobytes()
+
+
+def window_records(window: SpanWindow) -> list[SpanWindowRecord]:
+    """One record per name of a window: n, sum, p50, p95 and max of its samples."""
+    iterations = window.last_iter - window.first_iter + 1
+    mean_batch = window.rows / iterations if iterations > 0 else 0.0
+    out = []
+    for kind, table in ((SPAN, window.spans), (COUNT, window.counts)):
+        for name, raw in sorted(table.items()):
+            values = np.frombuffer(raw, dtype=SAMPLE).astype(np.float64)
+            if not values.size:
+                continue
+            p50, p95 = np.percentile(values, [50, 95])
+            out.append(
+                SpanWindowRecord(
+                    window.server,
+                    name,
+                    kind,
+                    window.first_iter,
+                    window.last_iter,
+                    iterations,
+                    mean_batch,
+                    int(values.size),
+                    float(values.sum()),
+                    float(p50),
+                    float(p95),
+                    float(values.max()),
+                    window.start_unix,
+                    window.end_unix,
+                )
+            )
+    return out
+
+
 class SpanStreamEnd(msgspec.Struct):
     """The last message a worker sends on the span socket: its last window went before it."""
 
@@ -38,10 +97,11 @@ class SpanStreamEnd(msgspec.Struct):
 
 SPAN, COUNT = "span", "count"  # the record kinds
 
-# On the ZMQ socket a message is two frames: its topic and a JSON body.
-RECORDS_TOPIC = b"spans"  # body: a JSON array of SpanWindowRecord
+# On the ZMQ socket a message is two frames: its topic and a body.
+WINDOW_TOPIC = b"spans.window"  # body: a msgpack SpanWindow
+RECORDS_TOPIC = b"spans"  # body: a JSON array of SpanWindowRecord (engines before windows)
 END_TOPIC = b"spans.end"  # body: a JSON SpanStreamEnd
-SUBSCRIBE = b"spans"  # a prefix of both topics
+SUBSCRIBE = b"spans"  # a prefix of every topic
 
 # Spans of one worker iteration: schedule + forward + postprocess_batch = iter_total.
 ITERATION = "worker.iter_total"
@@ -56,7 +116,14 @@ PREMATERIALIZE = POSTPROCESS + "prematerialize"
 # Handling one message (MESSAGE + its tag), and the stage laps inside one (+ "." + stage).
 MESSAGE = "worker.msg."
 ADD_REQUEST = MESSAGE + "add_request"
+# Removing a finished or aborted request. No message: it runs inside the postprocess's tail
+# and inside the abort message's own span, so a total over the messages leaves it out
+# (NOT_MESSAGES). The name keeps its prefix so that every engine revision's spans compare.
 REMOVE_REQUEST = MESSAGE + "remove_request"
+NOT_MESSAGES = (REMOVE_REQUEST,)
+# The worker's own bookkeeping: packing and sending the last window (outside iter_total,
+# between two iterations; recorded in the window that follows).
+SPAN_FLUSH = "worker.timing.flush"
 # Counts, one sample per iteration.
 ROWS_PER_STEP = "worker.rows_per_step"
 TOKENS_PER_STEP = "worker.tokens_per_step"
@@ -70,5 +137,7 @@ def lap(parent: str, stage: str) -> str:
 
 
 encode = msgspec.json.Encoder().encode
+encode_window = msgspec.msgpack.Encoder().encode
+decode_window = msgspec.msgpack.Decoder(SpanWindow).decode
 decode_records = msgspec.json.Decoder(list[SpanWindowRecord]).decode
 decode_end = msgspec.json.Decoder(SpanStreamEnd).decode

@@ -262,6 +262,28 @@ def load_run(path: Path) -> tuple[dict, dict[str, pd.DataFrame]]:
     return manifest, schema.from_version_1(frames) if version == 1 else frames
 
 
+def load_runs(path: Path) -> list[tuple[Path, dict, dict[str, pd.DataFrame]]]:
+    """The run directory at `path`, or the run directories inside it (by name): each with its
+    manifest and tables. A run that measured no server is refused."""
+    path = Path(path)
+    if (path / "manifest.json").exists() or not path.is_dir():
+        paths = [path]  # load_run says what is wrong with a path that is no directory
+    else:
+        paths = sorted(p for p in path.iterdir() if (p / "manifest.json").exists())
+        if not paths:
+            raise BenchError(
+                f"{path} is not a run directory (no manifest.json) and holds none; give a run"
+                " directory or a directory of them"
+            )
+    out = []
+    for run in paths:
+        manifest, frames = load_run(run)
+        if frames["servers"].empty:
+            raise BenchError(f"{run} has no servers: nothing was measured; rerun it")
+        out.append((run, manifest, frames))
+    return out
+
+
 def summarise(path: Path) -> Comparison:
     """Summarise a run once it has ended: its comparison, written to summary.json."""
     manifest, frames = load_run(path)

@@ -18,34 +18,53 @@ from tests.synthetic_run import ARMS, PLOTS, RATES, steady_tok_per_s, write_run
 SINGLE = [{**ARMS[0], "letter": letter, "name": "nightly"} for letter in "AB"]
 
 
-def test_bench_compare_two_single_arm_runs(tmp_path):
+def test_one_run_a_side_is_a_descriptive_change_with_no_verdict(tmp_path):
+    """Between recorded runs the run is the unit: one run a side cannot tell the code from the
+    day, so the change has no interval, no verdict and no failing exit code (defect 1)."""
     single = {"letters": "AA", "arms": SINGLE}
     last = write_run(
         tmp_path / "last", [1000.0, 1010.0, 990.0, 1005.0], **single, run_id="last-night"
     )
     today = write_run(tmp_path / "today", [900.0, 905.0, 890.0, 910.0], **single, run_id="today")
     out = tmp_path / "report"
-    args = [
-        "compare",
-        str(tmp_path / "last"),
-        str(tmp_path / "today"),
-        "--json",
-        "--report",
-        str(out),
-    ]
-    result = CliRunner().invoke(app, args)
-    assert result.exit_code == 1, result.output  # B (today) is slower: a regression
+    args = ["compare", str(tmp_path / "last"), str(tmp_path / "today")]
+    result = CliRunner().invoke(app, [*args, "--json", "--report", str(out)])
+    assert result.exit_code == 0, result.output
     data = json.loads(result.stdout[: result.stdout.rindex("}") + 1])
-    assert data["labels"] == {"A": "last-night", "B": "today"} and data["regression"]
+    assert data["labels"] == {"A": "last-night", "B": "today"} and not data["regression"]
+    assert data["unit"] == "runs"
     headline = data["figures"][0]
     for key, rows in (("servers_a", last), ("servers_b", today)):
         expect = [steady_tok_per_s(rows["requests"], s) for s in rows["servers"]]
         assert headline[key] == pytest.approx(expect, rel=1e-6)
-    assert headline["change"]["blocks"] == 2 and headline["change"]["verdict"] == "slower"
-    assert any("not interleaved" in d for d in data["doubts"])
+    change = headline["change"]
+    assert change["verdict"] == "no verdict" and change["method"] == "descriptive"
+    assert change["low"] is None and change["ratio"] == pytest.approx(0.9, abs=0.01)
+    assert any("the change is descriptive, with no verdict" in d for d in data["doubts"])
     md = (out / "report.md").read_text()
+    assert "**No verdict** on output tok/s (steady)" in md and "descriptive" in md
     assert "| B | today: nightly |" in md and re.search(r"\| `worker.step.forward` \|", md)
     assert all((out / "plots" / f"{p}.png").exists() for p in PLOTS)
+    shown = CliRunner().invoke(app, args)
+    assert "one run a side: every change is descriptive" in " ".join(shown.output.split())
+
+
+def test_repeated_runs_a_side_give_a_verdict_over_runs(tmp_path):
+    single = {"letters": "AA", "arms": SINGLE}
+    for i, level in enumerate((1000.0, 1012.0, 994.0)):
+        write_run(tmp_path / "base" / f"r{i}", [level, level + 5, level - 5, level], **single)
+    for i, level in enumerate((900.0, 905.0, 897.0)):
+        write_run(tmp_path / "pr" / f"r{i}", [level, level + 5, level - 5, level], **single)
+    result = CliRunner().invoke(
+        app, ["compare", str(tmp_path / "base"), str(tmp_path / "pr"), "--json"]
+    )
+    assert result.exit_code == 1, result.output  # B slower over runs: a regression
+    data = json.loads(result.stdout[: result.stdout.rindex("}") + 1])
+    change = data["figures"][0]["change"]
+    assert change["method"] == "runs" and change["df"] == 4 and change["blocks"] == 6
+    assert change["verdict"] == "slower" and change["low"] <= 0.9 <= change["high"]
+    assert data["labels"] == {"A": "base (3 runs)", "B": "pr (3 runs)"}
+    assert len({s["block"] for s in data["servers"]}) == 6  # one block per run
 
 
 def test_bench_compare_refuses_another_schema(tmp_path):

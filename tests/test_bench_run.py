@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -13,8 +14,6 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness.analysis.compare import compare
-from harness.analysis.stats import Rule
 from harness.measure.server import port_in_use
 from harness.results import load_run
 
@@ -98,23 +97,29 @@ def test_aa_run_writes_every_file_and_holds_concurrency(tmp_path):
         # this scenario's short replies (16-48 tokens) a request ends every few iterations
         assert (steady["p50"] >= 7).all()
         assert steady["sum"].sum() / steady["n"].sum() >= 7.5
-    # an A/A run gets no change (checked at 99.9% so the test itself does not flake)
-    strict = compare(requests, spans, servers, {"A": "a", "B": "b"}, rule=Rule(level=0.999))
-    headline = next(f for f in strict.figures if f.figure == strict.headline)
-    assert headline.change.verdict not in ("faster", "slower")
+    # the A/A verdict's error rates are held by simulation (test_verdict_simulation.py): one
+    # real A/A run can only show what it got, and says which rows are judged how
+    assert summary["family"] > 0 and summary["rule"]["margin"] == 0.05
 
 
-def test_planted_slowdown_is_found(tmp_path):
+def test_planted_slowdown_is_found_at_its_size(tmp_path):
+    """End to end, a known slowdown: arm B busy-waits 10 ms in every iteration's postprocess.
+    Two blocks (A B B A, then B A A B). The verdict must be "slower" and the exit code 1; the
+    postprocess work must grow by the delay; and the throughput must fall by what the delay
+    adds to arm A's own iteration time, within 25% of that (the busy-wait also takes a core
+    from the API server and the client on 2 cores). Any of these can fail."""
     out = tmp_path / "run"
-    delay_ms = 20.0
+    delay_ms = 10.0
     proc = bench(
         "run",
         "qwen35",
         "-c",
         "8",
         "--abba",
+        "--blocks",
+        "2",
         "--requests",
-        "24",
+        "16",
         "--warmup",
         "4",
         "--period",
@@ -129,13 +134,18 @@ def test_planted_slowdown_is_found(tmp_path):
     )
     assert proc.returncode == 1, proc.stderr  # a regression exits 1
     summary = json.loads(proc.stdout)
-    figures = {f["figure"]: f for f in summary["figures"]}
-    tok = figures[summary["headline"]]
-    assert tok["change"]["verdict"] == "slower"
-    work = next(p for p in summary["phases"] if p["name"] == "postprocess work")
-    assert work["change"]["verdict"] == "slower"
-    # the planted delay is inside the postprocess work: B - A is the delay
+    assert json.loads((out / "manifest.json").read_text())["schedule"] == list("ABBABAAB")
+    tok = next(f for f in summary["figures"] if f["figure"] == summary["headline"])
+    assert tok["change"]["verdict"] == "slower" and tok["change"]["df"] == 5
+    phases = {p["name"]: p for p in summary["phases"]}
+    work = phases["postprocess work"]
     assert 0.8 * delay_ms < work["b_ms"] - work["a_ms"] < 1.5 * delay_ms
+    iteration = phases["worker.iter_total"]["a_ms"]
+    expected = iteration / (iteration + delay_ms)
+    assert abs(math.log(tok["change"]["ratio"] / expected)) < math.log(1.25), (
+        tok["change"],
+        expected,
+    )
 
 
 def test_interrupt_stops_servers_and_keeps_what_was_measured(tmp_path):

@@ -14,7 +14,7 @@ from rich.console import Console
 from harness.analysis import phases
 from harness.analysis.compare import Comparison, compare
 from harness.analysis.schema import RequestRecord, ServerRecord, Slot, SpanRecord
-from harness.analysis.stats import FASTER, NO_CHANGE, NOT_ENOUGH, SLOWER, WITHIN_BLOCK
+from harness.analysis.stats import FASTER, NO_CHANGE, NOT_ENOUGH, ONE_BLOCK, SLOWER
 from harness.show.comparison import render
 
 STREAMS, TOKENS, RUN_S, WINDOW = 4, 20, 6.0, (1.0, 5.0)
@@ -156,7 +156,7 @@ def test_external_arm_without_spans():
     result = compare(requests, spans, servers, LABELS, external={"B"})
     work = phase(result, phases.POSTPROCESS_WORK)
     assert work.b_ms is None and work.change.verdict == NOT_ENOUGH
-    assert any("no spans from arm B (an external server" in d for d in result.doubts)
+    assert any("no spans from arm B (none expected" in d for d in result.doubts)
     none = compare(requests, None, servers, LABELS)
     assert not none.phases and not none.messages
     assert sum("no spans from arm" in d for d in none.doubts) == 2
@@ -178,8 +178,8 @@ def test_one_block_is_a_weaker_estimate():
     requests, spans, servers, _ = run(blocks=1, seed=4)
     result = compare(requests, spans, servers, LABELS)
     headline = row(result, "output_tok_per_s")
-    assert headline.change.method == WITHIN_BLOCK and result.blocks == 1
-    assert any("1 paired block(s)" in d for d in result.doubts)
+    assert headline.change.method == ONE_BLOCK and result.blocks == 1
+    assert any("1 block(s) with both arms" in d for d in result.doubts)
 
 
 def test_noisy_run_asks_for_more_blocks():
@@ -197,3 +197,24 @@ def test_audio_figure_and_tokens_without_arrival_times():
     assert audio.a == pytest.approx(tok_s.a / 10.0)
     assert audio.change.verdict == tok_s.change.verdict == SLOWER
     assert any("have no arrival time" in d for d in result.doubts)
+
+
+def test_an_untimed_arm_is_expected_to_have_no_spans():
+    from harness.analysis.summary import summarize
+
+    requests, spans, servers, _ = run(seed=1)
+    spans = spans[spans["letter"] == "A"]
+    manifest = {
+        "arms": [
+            {"letter": "A", "name": "timing on", "kind": "worktree"},
+            {"letter": "B", "name": "timing off", "kind": "worktree"},
+        ],
+        "scenario": {"headline": "output_tok_per_s"},
+        "untimed": ["B"],
+        "margin": 0.02,
+        "complete": True,
+    }
+    frames = {"requests": requests, "spans": spans, "servers": servers}
+    result = summarize(manifest, frames)
+    assert any("no spans from arm B (none expected" in d for d in result.doubts)
+    assert result.rule.margin == 0.02

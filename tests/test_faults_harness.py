@@ -509,7 +509,7 @@ def test_a_worker_killed_mid_load_fails_its_slot_and_the_exit_code_says_so(bench
     os.kill(run.pids("B1")[1], signal.SIGKILL)
     killed = time.time()
     code, _, err = run.finish()
-    assert code == 3, err
+    assert code == 4, err
     assert "failed and left out of the comparison: B1" in err and "Traceback" not in err
     manifest, b1, summary = _failed_slot(run.out, "B1")
     assert b1["error"].startswith("died ") and "the worker exited with code -9" in b1["error"]
@@ -529,7 +529,7 @@ def test_an_api_server_killed_mid_load_fails_its_slot(bench_run):
     api, worker = run.pids("B1")
     os.kill(api, signal.SIGKILL)
     code, _, err = run.finish()
-    assert code == 3, err
+    assert code == 4, err
     _, b1, _ = _failed_slot(run.out, "B1")
     assert "exit code -9 (SIGKILL)" in b1["error"]
     _wait_for(lambda: not Path(f"/proc/{worker}").exists(), 5, "the orphaned worker to exit")
@@ -543,7 +543,7 @@ def test_a_stalled_worker_fails_its_slot_after_the_stall_timeout(bench_run):
     os.kill(run.pids("B1")[1], signal.SIGSTOP)
     stopped = time.time()
     code, _, err = run.finish()
-    assert code == 3, err
+    assert code == 4, err
     _, b1, _ = _failed_slot(run.out, "B1")
     assert "stalled" in b1["error"] and "no request finished for 3 s" in b1["error"]
     assert b1["stop_unix"] - stopped < 3 + 5

@@ -66,14 +66,48 @@ def test_warmup_and_failures():
 def test_steady_tok_per_s_counts_arrivals_of_completed_requests_in_the_window():
     # in [1, 3]: 1.0, 1.5, 2.0 (request 0), 1.2, 2.2 (request 1), 2.5 (request 2); the
     # failed request's 1.1 and 1.4 do not count
-    assert metrics.steady_tok_per_s(REQUESTS, 1.0, 3.0) == pytest.approx(6 / 2.0)
-    assert np.isnan(metrics.steady_tok_per_s(REQUESTS, None, 3.0))
-    assert np.isnan(metrics.steady_tok_per_s(REQUESTS, 3.0, 3.0))
+    assert metrics.steady_tok_per_s(REQUESTS, (1.0, 3.0)) == pytest.approx(6 / 2.0)
+    assert np.isnan(metrics.steady_tok_per_s(REQUESTS, None))
+    assert metrics.steady_window(server(start=3.0, end=3.0)) is None
+    assert metrics.steady_window(server(start=None)) is None
 
 
-def test_run_tok_per_s_is_completed_tokens_over_first_send_to_last_end():
-    # measured sends start at 0.1, last end 3.2; completed tokens 4 + 3 + 1
-    assert metrics.run_tok_per_s(REQUESTS) == pytest.approx(8 / 3.1)
+def test_run_tok_per_s_counts_every_token_over_the_whole_load():
+    # every succeeded request, warmup included: 4 + 3 + 1 + 2 tokens; first send 0.0 (the
+    # warmup request), last end 3.2
+    assert metrics.run_tok_per_s(REQUESTS) == pytest.approx(10 / 3.2)
+
+
+def test_whole_load_tok_per_s_is_unbiased_where_warmup_overlaps_the_measured_run():
+    """Two streams at exactly 10 tok/s each; the first request of each is warmup and runs
+    while measured requests already run. Counting only measured tokens over the measured
+    requests' span (the old figure) gives less than 20; every token over the whole load
+    gives 20."""
+    rows = []
+    for stream in range(2):
+        for k in range(4):
+            start = stream * 0.05 + k * 1.0
+            times = [start + 0.1 * (j + 1) for j in range(10)]
+            rows.append(request(stream * 4 + k, times, send=start, warmup=k == 0 and stream == 0))
+    load = frame(rows)
+    span = load["end_s"].max() - load["send_s"].min()
+    assert metrics.run_tok_per_s(load) == pytest.approx(80 / span)
+    assert metrics.run_tok_per_s(load) == pytest.approx(20.0, rel=0.02)
+    measured = metrics.measured(load)
+    old = measured["output_tokens"].sum() / (measured["end_s"].max() - measured["send_s"].min())
+    assert old < 19.5
+
+
+def test_steady_latencies_keep_only_what_happened_in_the_window():
+    # window [1, 3]: request 1 (sent 1.0, ended 3.2) ends after it; request 2 (2.0 .. 2.5) is
+    # inside; request 0 was sent before it. ITL gaps with both arrivals inside: 1.0 -> 1.5,
+    # 1.5 -> 2.0 (request 0) and 1.2 -> 2.2 (request 1).
+    samples = metrics.latency_samples(REQUESTS, (1.0, 3.0))
+    assert samples["ttft"].tolist() == pytest.approx([0.5])
+    assert samples["e2e"].tolist() == pytest.approx([0.5])
+    assert sorted(samples["itl"].tolist()) == pytest.approx([0.5, 0.5, 1.0])
+    whole = metrics.latency_samples(REQUESTS)
+    assert len(whole["ttft"]) == 3 and len(whole["itl"]) == 5
 
 
 def test_distribution_quantiles_interpolate_linearly():
@@ -92,14 +126,16 @@ def test_server_summary_one_row_per_server_in_schedule_order():
     assert summary["failed"].tolist() == [2, 0, 0]
     assert summary["output_tok_per_s"].tolist()[:2] == pytest.approx([3.0, 2.5])
     assert summary["audio_s_per_s"].tolist()[:2] == pytest.approx([1.5, 1.25])
-    assert summary.loc[0, "ttft_p50_ms"] == pytest.approx(400.0)
-    assert summary.loc[0, "itl_mean_ms"] == pytest.approx(3.5 / 5 * 1e3)
+    # steady window [1, 3]: request 2 alone was sent and ended inside it; ITL gaps inside
+    # it are 0.5, 0.5 (request 0) and 1.0 (request 1)
+    assert summary.loc[0, "ttft_p50_ms"] == pytest.approx(500.0)
+    assert summary.loc[0, "itl_mean_ms"] == pytest.approx(2.0 / 3 * 1e3)
     assert np.isnan(summary.loc[2, "output_tok_per_s"])  # no requests, no figure
 
 
 def test_arm_summary_pools_requests_and_averages_server_rates():
     slow = frame(
-        [request(i, [1.0 + i, 1.5 + i], send=0.5 + i, slot=1, server="A1") for i in range(3)]
+        [request(i, [0.6 + i, 1.0 + i], send=0.5 + i, slot=1, server="A1") for i in range(3)]
     )
     requests = pd.concat([REQUESTS, slow], ignore_index=True)
     servers = frame([server(slot=0), server(slot=1, start=1.0, end=4.0)])
@@ -109,9 +145,10 @@ def test_arm_summary_pools_requests_and_averages_server_rates():
     assert per_arm.loc[0, "output_tok_per_s"] == pytest.approx(
         per_server["output_tok_per_s"].mean()
     )
-    # TTFTs pooled: 0.4, 0.2, 0.5 (slot 0) and 0.5, 0.5, 0.5 (slot 1) -> p50 0.5
-    assert per_arm.loc[0, "ttft_p50_ms"] == pytest.approx(500.0)
-    assert per_server["ttft_p50_ms"].mean() == pytest.approx(450.0)
+    # steady TTFTs pooled: 0.5 (slot 0: request 2) and 0.1, 0.1 (slot 1: the requests sent
+    # at 1.5 and 2.5) -> p50 0.1; the servers' own p50s are 0.5 and 0.1
+    assert per_arm.loc[0, "ttft_p50_ms"] == pytest.approx(100.0)
+    assert per_server["ttft_p50_ms"].mean() == pytest.approx(300.0)
 
 
 def test_parquet_round_trip_keeps_the_metrics(tmp_path):
@@ -119,7 +156,8 @@ def test_parquet_round_trip_keeps_the_metrics(tmp_path):
     REQUESTS.to_parquet(path)
     back = pd.read_parquet(path)
     assert metrics.itl_s(back).tolist() == pytest.approx(metrics.itl_s(REQUESTS).tolist())
-    assert metrics.latency_ms(back) == pytest.approx(metrics.latency_ms(REQUESTS), nan_ok=True)
+    ms = metrics.latency_ms(metrics.latency_samples(REQUESTS))
+    assert metrics.latency_ms(metrics.latency_samples(back)) == pytest.approx(ms, nan_ok=True)
 
 
 def test_figures_declare_their_direction():

@@ -1,13 +1,17 @@
 """Phase timing: with the flag on the records have the documented schema and their counts
-match the iterations run; with it off nothing is emitted (INVARIANTS 8)."""
+match the iterations run; with it off nothing is emitted (INVARIANTS 8). The worker sends raw
+windows and computes nothing from them; its own bookkeeping is a span of its own."""
 
 from __future__ import annotations
 
 import msgspec
+import numpy as np
+import pytest
 
+from engine import spans
 from engine.config import load_scenario
 from engine.messages import AddRequest, StepFrames
-from engine.spans import SpanWindowRecord
+from engine.spans import SpanWindow, SpanWindowRecord, window_records
 from engine.worker.main import build_worker
 from engine.worker.timing import PhaseTimer
 
@@ -20,9 +24,9 @@ SCHEMA = {
 
 def run_worker(period: int, requests: int = 6, max_tokens: int = 9):
     scenario = load_scenario("qwen35", "tiny")
-    emitted: list[list[SpanWindowRecord]] = []
+    windows: list[SpanWindow] = []
     frames: list[StepFrames] = []
-    timer = PhaseTimer(period, "t", [emitted.append])
+    timer = PhaseTimer(period, "t", [windows.append])
     worker = build_worker(scenario.model, scenario.engine, timer, frames.append)
     for rid in range(requests):
         worker.handle(
@@ -32,6 +36,7 @@ def run_worker(period: int, requests: int = 6, max_tokens: int = 9):
     while worker.iteration():
         iterations += 1
     timer.flush()
+    emitted: list[list[SpanWindowRecord]] = [window_records(w) for w in windows]
     return emitted, frames, iterations
 
 
@@ -80,3 +85,49 @@ def test_timing_off_emits_nothing_and_outputs_do_not_change():
     assert iters_off == iters_on
     tokens = lambda frames: [(f.rid, f.tokens, f.finish_reason) for s in frames for f in s.frames]  # noqa: E731
     assert tokens(frames_off) == tokens(frames_on)
+
+
+def test_the_worker_computes_no_percentile(monkeypatch):
+    """Defect 7: every window the worker computed percentiles, encoded and published on its
+    critical path. Now it sends raw samples: a worker whose numpy cannot take a percentile
+    still runs with timing on."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a percentile computed in the worker")
+
+    monkeypatch.setattr(np, "percentile", refuse)
+    scenario = load_scenario("qwen35", "tiny")
+    windows: list[SpanWindow] = []
+    timer = PhaseTimer(3, "t", [windows.append])
+    worker = build_worker(scenario.model, scenario.engine, timer, lambda msg: None)
+    worker.handle(AddRequest(0, [1, 2, 3], 9, ignore_eos=True, temperature=0))
+    while worker.iteration():
+        pass
+    assert len(windows) >= 3
+    monkeypatch.undo()
+    first = window_records(windows[0])
+    assert all(r.p50 <= r.p95 <= r.max for r in first)
+
+
+def test_the_worker_times_its_own_bookkeeping():
+    """Packing and sending a window is a span of its own, recorded in the window after."""
+    emitted, _, iterations = run_worker(period=4)
+    flushes = [r for window in emitted for r in window if r.name == spans.SPAN_FLUSH]
+    assert [r.first_iter for r in flushes] == [w[0].first_iter for w in emitted[1:]]
+    assert all(r.n == 1 and r.sum > 0 for r in flushes)
+
+
+def test_a_window_becomes_one_record_per_name():
+    window = SpanWindow(
+        "A0", 11, 20, 30, 100.0, 101.0,
+        {"worker.iter_total": spans.samples(list(range(1, 11)))},
+        {"worker.rows_per_step": spans.samples([3] * 10)},
+    )  # fmt: skip
+    wire = spans.decode_window(spans.encode_window(window))
+    (total, rows) = window_records(wire)
+    assert (total.name, total.kind, total.n, total.sum, total.max) == (
+        "worker.iter_total", "span", 10, 55.0, 10.0,
+    )  # fmt: skip
+    assert total.p50 == pytest.approx(5.5) and total.p95 == pytest.approx(9.55)
+    assert (total.iterations, total.mean_batch) == (10, 3.0)
+    assert (rows.kind, rows.sum, rows.first_iter, rows.end_unix) == ("count", 30.0, 11, 101.0)

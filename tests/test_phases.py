@@ -97,10 +97,18 @@ def test_message_cost_per_request_with_stage_laps():
     assert costs["worker.msg.add_request"] == pytest.approx(30 / 40)
     assert costs["worker.msg.add_request.read_prompt"] == pytest.approx(12 / 40)
     assert costs["worker.msg.remove_request"] == pytest.approx(16 / 40)
-    # the total adds the messages, not their laps (which are inside them)
-    assert costs[phases.ALL_MESSAGES] == pytest.approx((30 + 16 + 2) / 40)
+    # the total adds the messages received, not their laps (which are inside them) nor the
+    # request removal (inside the postprocess's tail, or inside the abort message)
+    assert costs[phases.ALL_MESSAGES] == pytest.approx((30 + 2) / 40)
     pooled = by_name(phases.message_costs(SPANS, phases.BY_ARM), "ms_per_request")
     assert pooled["worker.msg.add_request"] == pytest.approx(80 / 100)
+
+
+def test_only_messages_received_are_messages():
+    assert phases.is_message("worker.msg.add_request") and phases.is_message("worker.msg.abort")
+    assert not phases.is_message("worker.msg.remove_request")
+    assert not phases.is_message("worker.msg.add_request.engine")
+    assert not phases.is_message(phases.ALL_MESSAGES)
 
 
 def test_message_parent():

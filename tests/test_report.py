@@ -10,6 +10,7 @@ import pytest
 from PIL import Image
 from typer.testing import CliRunner
 
+from harness.analysis import power
 from harness.cli import app
 from harness.commands.report import report_run
 from harness.show.report.style import DPI, WIDTH_IN
@@ -28,6 +29,17 @@ from tests.synthetic_run import (
 )
 
 
+def power_result(concurrency: int) -> dict:
+    """A power result as harness/analysis/power.py writes it, for the synthetic run's machine."""
+    machine = {"host": "ci", "cpu": "x86_64", "cpus": 2, "gpu": None}
+    rates = {2: 0.04}, {2: 0.03}, {2: 0.91}, {2: 0.95}
+    tok = power.FigurePower("output_tok_per_s", True, 0.012, 0.01, "no change", *rates)
+    report = power.PowerReport(
+        "qwen35", "tiny", machine, 5, concurrency, 16, 5.0, 0.2, [tok], [], "-"
+    )
+    return json.loads(json.dumps(report.to_json()))
+
+
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
     root = tmp_path_factory.mktemp("report")
@@ -37,16 +49,7 @@ def report(tmp_path_factory):
     calibration = {"latency": {"tokens_per_s_per_core": 1800.0}, "settings": {"shards": 1}}
     (results / "calibration" / "latest.json").write_text(json.dumps(calibration | {"unix_time": 0}))
     (results / "power").mkdir()
-    power = {  # as harness/analysis/power.py writes it
-        "scenario": "qwen35",
-        "blocks": 5,
-        "quoted_blocks": 5,
-        "concurrency": 64,
-        "false_positive_rate": {"output_tok_per_s": 0.04, "ttft_p50_ms": 0.05},
-        "min_detectable_slowdown": {"output_tok_per_s": 0.03},
-        "noise": {"output_tok_per_s": 0.012},
-    }
-    (results / "power" / "qwen35.json").write_text(json.dumps(power))
+    (results / "power" / "qwen35.json").write_text(json.dumps(power_result(concurrency=4)))
     path = report_run(root / "run", html=True, results=results)
     return path, path.read_text(), rows
 
@@ -59,7 +62,8 @@ def test_setup_line_and_headline(report):
     measured = sum(not r.warmup for r in rows["requests"])
     assert f"{measured:,} measured requests, 2 failed." in setup
     assert "**B is slower** on output tok/s (steady)" in md
-    assert row(md, "figure")[1:4] == ["A: main", "B: pr", "change (95% CI)"]
+    assert row(md, "figure")[1:4] == ["A: main", "B: pr", "change (CI)"]
+    assert "output tok/s (steady) (95% CI) alone decides the exit code" in md
 
 
 def test_per_server_throughput_in_schedule_order(report):
@@ -112,9 +116,19 @@ def test_arms_doubts_and_context(report):
     doubts = md.split("### Doubts")[1].split("###")[0]
     assert "2 failed requests in arm B" in doubts
     assert "of the client's calibrated maximum (1,800 tok/s)" in doubts
-    assert "Power (qwen35 at c=64): for output tok/s (steady) with 5 blocks" in md
-    assert "false-positive rate 4.0%, smallest detectable slowdown 3.0%, server-to-server" in md
-    assert "noise (CV) 1.2%" in md
+    assert "Power (qwen35 at c=4" in md and "for output tok/s (steady) with 2 block(s)" in md
+    assert "false-positive rate 4.0%; a +10% slowdown called slower in 91.0% of runs" in md
+    assert "its interval holding the truth in 95.0%" in md
+
+
+def test_a_power_result_of_another_setup_is_not_quoted(tmp_path):
+    write_run(tmp_path / "run", RATES[:4])
+    (tmp_path / "power").mkdir()
+    (tmp_path / "power" / "qwen35.json").write_text(json.dumps(power_result(concurrency=64)))
+    md = report_run(tmp_path / "run", results=tmp_path).read_text()
+    assert "The power result on record for qwen35" in md and "is not quoted" in md
+    assert "concurrency 64 (this run: 4)" in md.split("### Doubts")[1]
+    assert "false-positive rate" not in md
 
 
 def test_plots_are_pngs_of_pr_width(report):

@@ -9,7 +9,7 @@ from dataclasses import fields
 import pytest
 import zmq
 
-from engine.spans import SpanWindowRecord
+from engine.spans import RECORDS_TOPIC, SpanWindow, SpanWindowRecord, encode, samples
 from engine.worker.timing import SpanPublisher
 from harness.analysis.schema import Slot, SpanRecord
 from harness.measure.spans import SpanCollector
@@ -17,11 +17,10 @@ from harness.measure.spans import SpanCollector
 A0, B1 = Slot("main", "A", "A0", 0, 0), Slot("pr", "B", "B1", 0, 1)
 
 
-def window(server: str, first: int) -> list[SpanWindowRecord]:
-    sums = {"n": 10, "sum": 1e6, "p50": 1e5, "p95": 2e5, "max": 3e5}
-    times = {"start_unix": 100.0, "end_unix": 101.0}
-    name = "worker.iter_total"
-    return [SpanWindowRecord(server, name, "span", first, first + 9, 10, 2.0, **sums, **times)]
+def window(server: str, first: int) -> SpanWindow:
+    """Ten iterations of 0.1 ms each."""
+    iter_total = {"worker.iter_total": samples([100_000] * 10)}
+    return SpanWindow(server, first, first + 9, 20, 100.0, 101.0, iter_total, {})
 
 
 @pytest.fixture
@@ -77,3 +76,28 @@ def test_a_span_row_is_the_wire_record_with_its_slot():
     version); this holds the two together."""
     row = {f.name for f in fields(SpanRecord)}
     assert row == {f.name for f in fields(Slot)} | set(SpanWindowRecord.__struct_fields__)
+
+
+def test_records_of_an_engine_older_than_windows_are_still_read(collector, publishers):
+    """Arm A of a run is often an older commit: its worker publishes records, not windows."""
+    old = publishers("A0")
+    sums = {"n": 10, "sum": 1e6, "p50": 1e5, "p95": 2e5, "max": 3e5}
+    times = {"start_unix": 100.0, "end_unix": 101.0}
+    record = SpanWindowRecord("A0", "worker.iter_total", "span", 1, 10, 10, 2.0, **sums, **times)
+    old.socket.send_multipart([RECORDS_TOPIC, encode([record])])
+    old.publish(window("A0", 11))
+    old.end()
+    taken = collector.take(A0, wait_s=10.0)
+    assert [(r.first_iter, r.n, r.sum) for r in taken] == [(1, 10, 1e6), (11, 10, 1e6)]
+    assert taken[1].p50 == 1e5 and taken[1].mean_batch == 2.0
+
+
+def test_an_untimed_arm_runs_its_servers_without_phase_timing(collector):
+    """scripts/timing_cost.py compares timing on (A) against off (B) on one tree."""
+    from engine import env
+    from harness.measure.runner import RunPlan, _timing
+
+    plan = RunPlan(None, {}, list("ABBA"), 4, 4, [], 0, 50, untimed=("B",))
+    on, off = _timing(plan, "A", collector), _timing(plan, "B", collector)
+    assert on[env.PHASE_TIMING.name] == "50" and on[env.SPAN_ADDR.name] == collector.address
+    assert off.get(env.PHASE_TIMING.name, "0") == "0" and not off.get(env.SPAN_ADDR.name)

@@ -2,8 +2,11 @@
 
 Off unless BENCH_PHASE_TIMING holds a period; when off the worker's hot path checks one
 boolean per site and does nothing else (benchmarks/bench_runtime.py measures the cost).
-Every `period` iterations one record per span name is emitted (docs/SPANS.md); the record
-and the names are the span wire, engine/spans.py.
+Every `period` iterations the window's raw samples go out as one `SpanWindow` and nothing is
+computed from them here: the harness computes each name's n, sum, percentiles and max
+(engine/spans.py, `window_records`). Packing and sending a window is the worker's one piece
+of bookkeeping between iterations; it is timed as its own span, `worker.timing.flush`, in the
+window that follows (docs/SPANS.md).
 """
 
 from __future__ import annotations
@@ -11,17 +14,18 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 
-import numpy as np
 import zmq
 
 from engine.spans import (
-    COUNT,
     END_TOPIC,
-    RECORDS_TOPIC,
-    SPAN,
+    SPAN_FLUSH,
+    WINDOW_TOPIC,
     SpanStreamEnd,
-    SpanWindowRecord,
+    SpanWindow,
     encode,
+    encode_window,
+    samples,
+    window_records,
 )
 
 now_ns = time.perf_counter_ns
@@ -32,7 +36,7 @@ class PhaseTimer:
         self.enabled = period > 0
         self.period = period
         self.server = server
-        self.sinks = sinks
+        self.sinks = sinks  # each called with every SpanWindow
         self.iteration = 0
         self._first_iter = 1
         self._rows = 0
@@ -52,52 +56,42 @@ class PhaseTimer:
         if self.iteration - self._first_iter + 1 >= self.period:
             self.flush()
 
-    def records(self) -> list[SpanWindowRecord]:
-        iterations = self.iteration - self._first_iter + 1
-        mean_batch = self._rows / iterations if iterations else 0.0
-        end_unix = time.time()
-        out = []
-        for kind, table in ((SPAN, self._spans), (COUNT, self._counts)):
-            for name, values in sorted(table.items()):
-                arr = np.asarray(values, dtype=np.float64)
-                p50, p95 = np.percentile(arr, [50, 95])
-                out.append(
-                    SpanWindowRecord(
-                        self.server,
-                        name,
-                        kind,
-                        self._first_iter,
-                        self.iteration,
-                        iterations,
-                        mean_batch,
-                        len(arr),
-                        float(arr.sum()),
-                        float(p50),
-                        float(p95),
-                        float(arr.max()),
-                        self._start_unix,
-                        end_unix,
-                    )
-                )
-        return out
+    def window(self) -> SpanWindow:
+        """The window so far, raw."""
+        return SpanWindow(
+            self.server,
+            self._first_iter,
+            self.iteration,
+            self._rows,
+            self._start_unix,
+            time.time(),
+            {name: samples(values) for name, values in self._spans.items()},
+            {name: samples(values) for name, values in self._counts.items()},
+        )
 
     def flush(self) -> None:
+        """Send the window (if it covers an iteration) and start the next; the time this
+        takes is the first sample of the next window's SPAN_FLUSH."""
+        start = now_ns()
         if self.iteration >= self._first_iter:
-            records = self.records()
+            window = self.window()
             for sink in self.sinks:
-                sink(records)
+                sink(window)
         self._spans.clear()
         self._counts.clear()
         self._rows = 0
         self._first_iter = self.iteration + 1
         self._start_unix = time.time()
+        self.span(SPAN_FLUSH, now_ns() - start)
 
 
 def jsonl_sink(path: str):
+    """Appends each window's records to a JSONL file, one record per line. It computes the
+    records in the worker, on its critical path: a debugging aid, not a measurement."""
     handle = open(path, "ab", buffering=0)  # noqa: SIM115 - lives as long as the worker
 
-    def write(records: list[SpanWindowRecord]) -> None:
-        handle.write(b"".join(encode(r) + b"\n" for r in records))
+    def write(window: SpanWindow) -> None:
+        handle.write(b"".join(encode(r) + b"\n" for r in window_records(window)))
 
     return write
 
@@ -112,8 +106,8 @@ class SpanPublisher:
         self.socket.setsockopt(zmq.LINGER, 2000)  # the last window still goes out at shutdown
         self.socket.connect(address)
 
-    def publish(self, records: list[SpanWindowRecord]) -> None:
-        self.socket.send_multipart([RECORDS_TOPIC, encode(records)])
+    def publish(self, window: SpanWindow) -> None:
+        self.socket.send_multipart([WINDOW_TOPIC, encode_window(window)], copy=False)
 
     def end(self) -> None:
         self.socket.send_multipart([END_TOPIC, encode(SpanStreamEnd(self.server))])

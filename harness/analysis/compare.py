@@ -17,7 +17,15 @@ import pandas as pd
 from harness.analysis import metrics, phases
 from harness.analysis.doubts import comparison_doubts
 from harness.analysis.schema import LETTERS, SCHEMA_VERSION, empty
-from harness.analysis.stats import SLOWER, Change, Rule, paired_change
+from harness.analysis.stats import (
+    BETWEEN_RUNS,
+    IN_BLOCKS,
+    SLOWER,
+    Change,
+    Rule,
+    paired_change,
+    run_change,
+)
 
 HEADLINE = "output_tok_per_s"
 
@@ -69,7 +77,7 @@ class Comparison:
     labels: dict[str, str]  # letter -> the manifest's label of the arm
     headline: str
     blocks: int
-    rule: Rule
+    rule: Rule  # the headline's; every other figure and phase is judged at rule.family(family)
     figures: list[FigureRow]
     servers: list[ServerRow]
     phases: list[PhaseRow]
@@ -77,6 +85,12 @@ class Comparison:
     messages: list[MessageRow]
     doubts: list[str] = field(default_factory=list)
     schema_version: int = SCHEMA_VERSION
+    family: int = 0  # figures and phases judged together besides the headline (Bonferroni)
+    unit: str = IN_BLOCKS  # IN_BLOCKS or BETWEEN_RUNS
+
+    @property
+    def family_rule(self) -> Rule:
+        return self.rule.family(self.family)
 
     @property
     def regression(self) -> bool:
@@ -104,16 +118,31 @@ def compare(
     headline: str = HEADLINE,
     rule: Rule = Rule(),
     waits: tuple[str, ...] = phases.POSTPROCESS_WAITS,
+    unit: str = IN_BLOCKS,
 ) -> Comparison:
     """Compare arm B against arm A, the rows told apart by their letter (so an A/A run of one
     arm works). `labels` maps "A"/"B" to the manifest's arm labels; `external` names the
-    letters whose arm is an external URL (no spans expected)."""
+    letters whose arm is an external URL (no spans expected). With `unit=BETWEEN_RUNS` the
+    rows' `block` names a recorded run, and each run is one replicate (stats.run_change).
+
+    The headline is judged at `rule`; it alone decides `regression`. Every other figure and
+    phase is judged at `rule.family(m)`, m being their number, so that an A/A run shows a
+    verdict on any of them at most 1 - level of the time (docs/STATISTICS.md)."""
     if spans is None or spans.empty:
         spans = empty("spans")
     per_server = metrics.server_summary(requests, servers, tokens_per_audio_s)
     per_arm = metrics.arm_summary(requests, servers, tokens_per_audio_s).set_index("letter")
+    phase_values = phases.phase_table(spans, phases.BY_SERVER, waits)
+    listed = metrics.figures(tokens_per_audio_s)
+    family = len(listed) - 1 + phase_values["name"].nunique()
+    judge = _judge(unit)
+
+    def rule_for(name: str) -> Rule:
+        return rule if name == headline else rule.family(family)
+
     figures = [
-        _figure_row(fig, per_server, per_arm, rule) for fig in metrics.figures(tokens_per_audio_s)
+        _figure_row(fig, per_server, per_arm, judge, rule_for(fig.name), fig.name == headline)
+        for fig in listed
     ]
     result = Comparison(
         labels={letter: labels.get(letter, letter) for letter in LETTERS},
@@ -122,9 +151,11 @@ def compare(
         rule=rule,
         figures=figures,
         servers=_server_rows(per_server, servers),
-        phases=_phase_rows(spans, waits, rule),
+        phases=_phase_rows(spans, phase_values, waits, judge, rule_for),
         postprocess_waits=list(waits),
         messages=_message_rows(spans),
+        family=family,
+        unit=unit,
     )
     result.doubts = comparison_doubts(result, per_server, servers, spans, external)
     return result
@@ -134,7 +165,15 @@ def _values(frame: pd.DataFrame, column: str) -> pd.DataFrame:
     return frame[["letter", "block", "slot", column]].rename(columns={column: "value"})
 
 
-def _figure_row(fig: metrics.Figure, per_server, per_arm, rule: Rule) -> FigureRow:
+def _judge(unit: str):
+    if unit not in (IN_BLOCKS, BETWEEN_RUNS):
+        raise ValueError(f"unit is {IN_BLOCKS!r} or {BETWEEN_RUNS!r}, not {unit!r}")
+    return paired_change if unit == IN_BLOCKS else run_change
+
+
+def _figure_row(
+    fig: metrics.Figure, per_server, per_arm, judge, rule: Rule, plan: bool
+) -> FigureRow:
     values = _values(per_server, fig.name)
     return FigureRow(
         fig.name,
@@ -143,20 +182,20 @@ def _figure_row(fig: metrics.Figure, per_server, per_arm, rule: Rule) -> FigureR
         fig.higher_is_better,
         a=per_arm[fig.name].get("A"),
         b=per_arm[fig.name].get("B"),
-        change=paired_change(values, "A", "B", fig.higher_is_better, rule),
+        change=judge(values, "A", "B", fig.higher_is_better, rule, plan),
         servers_a=values.loc[values["letter"] == "A", "value"].tolist(),
         servers_b=values.loc[values["letter"] == "B", "value"].tolist(),
     )
 
 
-def _phase_rows(spans: pd.DataFrame, waits, rule: Rule) -> list[PhaseRow]:
-    per_server = phases.phase_table(spans, phases.BY_SERVER, waits)
+def _phase_rows(spans, per_server: pd.DataFrame, waits, judge, rule_for) -> list[PhaseRow]:
     pooled = phases.phase_table(spans, phases.BY_ARM, waits).set_index(["name", "letter"])
     rows = []
     for name, values in per_server.groupby("name", sort=True):
-        change = paired_change(
-            values.rename(columns={"ms_per_iter": "value"}), "A", "B", False, rule
-        )
+        values = values.rename(columns={"ms_per_iter": "value"})
+        # blocks needed: for the headline and the postprocess's own work only (doubts.py)
+        plan = name == phases.POSTPROCESS_WORK
+        change = judge(values, "A", "B", False, rule_for(name), plan)
         a, b = (pooled["ms_per_iter"].get((name, letter)) for letter in LETTERS)
         rows.append(PhaseRow(name, a, b, change))
     return rows

@@ -11,7 +11,7 @@ import pandas as pd
 
 from harness.analysis.phases import POSTPROCESS_WORK
 from harness.analysis.schema import LETTERS
-from harness.analysis.stats import NOT_ENOUGH
+from harness.analysis.stats import IN_BLOCKS, NOT_ENOUGH, Change
 
 if TYPE_CHECKING:
     from harness.analysis.compare import Comparison
@@ -27,7 +27,8 @@ def comparison_doubts(
     external: Collection[str],
 ) -> list[str]:
     """Failed requests, unhealthy servers, missing steady windows, untimed tokens, too few
-    blocks, figures too noisy to decide, missing spans, a postprocess work below zero."""
+    blocks, figures too noisy to decide, missing spans, a postprocess work below zero.
+    `external` names the letters whose servers send no spans by design."""
     doubts = []
     for letter in LETTERS:
         failed = sum(s.failed for s in result.servers if s.letter == letter)
@@ -45,14 +46,13 @@ def comparison_doubts(
             f"{int(untimed.sum())} output tokens have no arrival time (text-only stream?):"
             " steady tok/s and ITL undercount them; compare the whole-run tok/s"
         )
-    if result.blocks < 2:
+    if result.unit == IN_BLOCKS and result.blocks < 2:
         doubts.append(
-            f"{result.blocks} paired block(s): the servers of one block are the replicates"
-            " (weaker, blind to drift) or there are none; rerun with 3 or more ABBA blocks"
+            f"{result.blocks} block(s) with both arms: one block's servers are its only"
+            " replicates (weaker: blind to drift between blocks) or there are none; rerun with"
+            " 3 or more ABBA blocks"
         )
-    changes = [(f.label, f.change) for f in result.figures]
-    changes += [(p.name, p.change) for p in result.phases]
-    noisy = [(name, c) for name, c in changes if c.verdict == NOT_ENOUGH and c.blocks]
+    noisy = [(name, c) for name, c in _decisive(result) if c.verdict == NOT_ENOUGH and c.blocks]
     if noisy:
         needed = max(c.blocks_needed or 0 for _, c in noisy)
         more = f"about {needed} blocks in all" if needed else "more blocks"
@@ -60,7 +60,7 @@ def comparison_doubts(
     for letter in LETTERS:
         if not (spans["letter"] == letter).any():
             doubts.append(
-                f"no spans from arm {letter} (an external server has none)"
+                f"no spans from arm {letter} (none expected: an external server, or timing off)"
                 if letter in external
                 else f"no spans from arm {letter}: run its servers with the phase-timing flag"
             )
@@ -68,6 +68,13 @@ def comparison_doubts(
     if any(min(p.a_ms or 0, p.b_ms or 0) < 0 for p in work):
         doubts.append("postprocess work < 0: a subtracted wait is not inside postprocess_batch")
     return doubts
+
+
+def _decisive(result: Comparison) -> list[tuple[str, Change]]:
+    """The figures whose noise decides how many blocks a run needs: the headline, which
+    decides the exit code, and the postprocess's own work, where a worker change shows."""
+    out = [(f.label, f.change) for f in result.figures if f.figure == result.headline]
+    return out + [(p.name, p.change) for p in result.phases if p.name == POSTPROCESS_WORK]
 
 
 def client_limit(calibration: dict | None) -> float | None:

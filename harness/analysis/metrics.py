@@ -19,6 +19,7 @@ from harness.analysis.schema import SERVER_KEY
 QUANTILES = {"p50": 0.50, "p90": 0.90, "p99": 0.99}
 STATS = [*QUANTILES, "mean"]
 LATENCIES = ["ttft", "tpot", "itl", "e2e"]
+NO_SAMPLES = np.empty(0)
 
 
 @dataclass(frozen=True)
@@ -36,10 +37,11 @@ def figures(tokens_per_audio_s: float | None = None) -> list[Figure]:
     out = [Figure("output_tok_per_s", "output tok/s (steady)", "tok/s", True)]
     if tokens_per_audio_s:
         out.append(Figure("audio_s_per_s", "audio-seconds/s (steady)", "audio-s/s", True))
-    out.append(Figure("output_tok_per_s_run", "output tok/s (whole run)", "tok/s", True))
+    out.append(Figure("output_tok_per_s_run", "output tok/s (whole load)", "tok/s", True))
     for metric in LATENCIES:
         for stat in ("p50", "p99"):
-            out.append(Figure(f"{metric}_{stat}_ms", f"{metric.upper()} {stat}", "ms", False))
+            label = f"{metric.upper()} {stat} (steady)"
+            out.append(Figure(f"{metric}_{stat}_ms", label, "ms", False))
     return out
 
 
@@ -100,53 +102,81 @@ def distribution(values: np.ndarray) -> dict[str, float]:
     return {**dict(zip(QUANTILES, quantiles.tolist(), strict=True)), "mean": float(values.mean())}
 
 
-def latency_ms(requests: pd.DataFrame) -> dict[str, float]:
-    """`<metric>_<stat>_ms` for each latency over the completed requests given."""
+Window = tuple[float, float] | None  # a server's steady window (start_s, end_s), or none
+
+
+def latency_samples(requests: pd.DataFrame, window: Window = None) -> dict[str, np.ndarray]:
+    """Seconds of each latency over the completed requests given (one server's). With a
+    steady window, only what happened inside it: TTFT, TPOT and E2E of the requests sent and
+    ended inside it, and the ITL gaps whose two arrivals both lie inside it."""
     done = completed(requests)
-    samples = {"ttft": ttft_s(done), "tpot": tpot_s(done), "itl": itl_s(done), "e2e": e2e_s(done)}
+    if window is None:
+        whole, gaps = done, itl_s(done)
+    else:
+        start, end = window
+        inside = (done["send_s"] >= start) & (done["end_s"].astype(float) <= end)
+        whole, gaps = done[inside], _gaps_inside(done, start, end)
+    samples = {"ttft": ttft_s(whole), "tpot": tpot_s(whole), "itl": gaps, "e2e": e2e_s(whole)}
+    return {metric: np.asarray(seconds, dtype=float) for metric, seconds in samples.items()}
+
+
+def _gaps_inside(requests: pd.DataFrame, start: float, end: float) -> np.ndarray:
+    gaps = []
+    for times in requests["token_times_s"]:
+        t = np.asarray(times, dtype=float)
+        t = t[(t >= start) & (t <= end)]
+        gaps.append(np.diff(t))
+    return np.concatenate(gaps) if gaps else np.empty(0)
+
+
+def latency_ms(samples: Mapping[str, np.ndarray]) -> dict[str, float]:
+    """`<metric>_<stat>_ms` for each latency's samples (seconds)."""
     out = {}
     for metric, seconds in samples.items():
-        for stat, value in distribution(np.asarray(seconds, dtype=float) * 1e3).items():
+        for stat, value in distribution(seconds * 1e3).items():
             out[f"{metric}_{stat}_ms"] = value
     return out
 
 
-def steady_tok_per_s(requests: pd.DataFrame, start_s: float | None, end_s: float | None) -> float:
-    """Output tokens of completed requests arriving in [start_s, end_s], per second of window;
+def steady_window(server) -> Window:
+    """A server record's steady window, or None when it has none."""
+    start, end = server.steady_start_s, server.steady_end_s
+    if start is None or end is None or pd.isna(start) or pd.isna(end) or end <= start:
+        return None
+    return float(start), float(end)
+
+
+def steady_tok_per_s(requests: pd.DataFrame, window: Window) -> float:
+    """Output tokens of completed requests arriving in the steady window, per second of it;
     NaN without a window or without measured requests."""
-    if (
-        measured(requests).empty
-        or start_s is None
-        or end_s is None
-        or pd.isna(start_s)
-        or pd.isna(end_s)
-        or end_s <= start_s
-    ):
+    if measured(requests).empty or window is None:
         return float("nan")
+    start, end = window
     times = token_times(completed(requests))
-    return int(((times >= start_s) & (times <= end_s)).sum()) / (end_s - start_s)
+    return int(((times >= start) & (times <= end)).sum()) / (end - start)
 
 
 def run_tok_per_s(requests: pd.DataFrame) -> float:
-    """Output tokens of completed requests over the measured run: first send to last end."""
-    rows = measured(requests)
-    if rows.empty:
+    """Output tokens of every succeeded request, warmup included, over the whole load: first
+    send to last end. Every token delivered in that span counts and so does all of its time
+    (counting only measured requests' tokens over their span would leave out the warmup
+    requests' tokens but not the time they took: a figure biased low)."""
+    rows = requests[ok(requests)] if len(requests) else requests
+    if measured(requests).empty or rows.empty:
         return float("nan")
-    span = rows["end_s"].astype(float).max() - rows["send_s"].min()
+    span = requests["end_s"].astype(float).max() - requests["send_s"].min()
     if not span > 0:
         return float("nan")
-    return float(completed(requests)["output_tokens"].sum()) / span
+    return float(rows["output_tokens"].sum()) / span
 
 
 def server_summary(
     requests: pd.DataFrame, servers: pd.DataFrame, tokens_per_audio_s: float | None = None
 ) -> pd.DataFrame:
     """One row per server (schedule order): counts, throughputs and latency percentiles."""
-    groups: Mapping = dict(list(requests.groupby(SERVER_KEY))) if len(requests) else {}
     rows = []
-    for server in servers.sort_values(["block", "slot"]).itertuples(index=False):
-        reqs = groups.get((server.letter, server.block, server.slot), requests.iloc[:0])
-        tok_s = steady_tok_per_s(reqs, server.steady_start_s, server.steady_end_s)
+    for server, reqs, window in _servers(requests, servers):
+        tok_s = steady_tok_per_s(reqs, window)
         row = {
             "letter": server.letter,
             "block": server.block,
@@ -161,25 +191,41 @@ def server_summary(
         }
         if tokens_per_audio_s:
             row["audio_s_per_s"] = tok_s / tokens_per_audio_s
-        rows.append(row | latency_ms(reqs))
+        steady = latency_samples(reqs, window) if window else dict.fromkeys(LATENCIES, NO_SAMPLES)
+        rows.append(row | latency_ms(steady))
     return pd.DataFrame(rows)
+
+
+def _servers(requests: pd.DataFrame, servers: pd.DataFrame):
+    """(server record, its requests, its steady window) in schedule order."""
+    groups: Mapping = dict(list(requests.groupby(SERVER_KEY))) if len(requests) else {}
+    for server in servers.sort_values(["block", "slot"]).itertuples(index=False):
+        reqs = groups.get((server.letter, server.block, server.slot), requests.iloc[:0])
+        yield server, reqs, steady_window(server)
 
 
 def arm_summary(
     requests: pd.DataFrame, servers: pd.DataFrame, tokens_per_audio_s: float | None = None
 ) -> pd.DataFrame:
-    """One row per arm (letter): throughputs are the mean over its servers; latency
-    percentiles pool the requests of all its servers."""
+    """One row per arm (letter): throughputs are the mean over its servers; steady latency
+    percentiles pool the steady samples of all its servers."""
     per_server = server_summary(requests, servers, tokens_per_audio_s)
     rates = [
         c for c in ("output_tok_per_s", "output_tok_per_s_run", "audio_s_per_s") if c in per_server
     ]
+    pooled: dict[str, dict[str, list]] = {}
+    for server, reqs, window in _servers(requests, servers):
+        samples = pooled.setdefault(server.letter, {m: [] for m in LATENCIES})
+        if window is not None:
+            for metric, values in latency_samples(reqs, window).items():
+                samples[metric].append(values)
     rows = []
     for letter, group in per_server.groupby("letter", sort=False):
+        samples = {m: np.concatenate([NO_SAMPLES, *v]) for m, v in pooled[letter].items()}
         rows.append(
             {"letter": letter, "servers": len(group)}
             | group[["requests", "failed", "output_tokens", "timed_tokens"]].sum().to_dict()
             | group[rates].mean().to_dict()
-            | latency_ms(requests[requests["letter"] == letter])
+            | latency_ms(samples)
         )
     return pd.DataFrame(rows)

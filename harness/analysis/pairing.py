@@ -1,8 +1,13 @@
-"""Two recorded runs as the arms of one comparison (`bench compare RUN_A RUN_B`).
+"""Recorded runs as the arms of one comparison (`bench compare RUNS_A RUNS_B`).
 
-Every server of run A becomes arm A and every server of run B arm B; blocks are paired by
-order (run A's first block with run B's first, ...). The comparison is `compare()`'s, plus
-the doubts of comparing runs that were not interleaved.
+Every server of side A's runs becomes arm A and every server of side B's arm B. Between
+recorded runs the unit of replication is the run, not the server or the block: whatever
+differed between two runs (the machine's load that day, other tenants, thermals) moves
+every server of a run together, so a run's blocks are no replicates of a change between
+runs. Each run is one block of the comparison (its `block` column names the run) and
+`compare(unit=BETWEEN_RUNS)` judges the runs' means: with one run a side the change is
+descriptive, with no interval and no verdict; with two or more a side, a t-interval over
+runs and a verdict (stats.run_change).
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from pathlib import PurePath
 import pandas as pd
 
 from harness.analysis.compare import Comparison, compare
+from harness.analysis.stats import BETWEEN_RUNS, Rule
 from harness.analysis.summary import without_failed_servers
 
 Run = tuple[dict, dict[str, pd.DataFrame]]  # a run directory's manifest and tables
@@ -24,110 +30,151 @@ SETUP = {  # what two runs should share for their difference to be the code's
 }
 
 
-def run_labels(path_a: str, path_b: str, manifest_a: dict, manifest_b: dict) -> dict[str, str]:
-    """Each run's id (its directory's name without one), or the paths when the ids agree."""
-    a = manifest_a.get("run_id") or PurePath(path_a).name
-    b = manifest_b.get("run_id") or PurePath(path_b).name
-    return {"A": a, "B": b} if a != b else {"A": str(path_a), "B": str(path_b)}
+def side_label(paths: list[str], manifests: list[dict]) -> str:
+    """A side's name: its run's id (or directory name), or for several runs the directory
+    holding them and their number."""
+    if len(paths) == 1:
+        return manifests[0].get("run_id") or PurePath(paths[0]).name
+    parent = PurePath(paths[0]).parent
+    return f"{parent.name or parent} ({len(paths)} runs)"
+
+
+def run_labels(paths_a: list[str], paths_b: list[str], runs_a, runs_b) -> dict[str, str]:
+    """Each side's label, or its paths when the labels agree."""
+    a = side_label(paths_a, [m for m, _ in runs_a])
+    b = side_label(paths_b, [m for m, _ in runs_b])
+    if a != b:
+        return {"A": a, "B": b}
+    return {"A": ", ".join(map(str, paths_a)), "B": ", ".join(map(str, paths_b))}
 
 
 def pair_runs(
-    a: Run, b: Run, labels: dict[str, str], command: str
+    runs_a: list[Run],
+    runs_b: list[Run],
+    labels: dict[str, str],
+    command: str,
+    rule: Rule = Rule(),
 ) -> tuple[dict, dict[str, pd.DataFrame], Comparison]:
-    """The two runs as one: a manifest, tables relabelled A and B, and their comparison."""
-    runs, left_out = {}, []
-    for letter, (manifest, tables) in (("A", a), ("B", b)):
-        kept, doubts = without_failed_servers(manifest, tables)
-        runs[letter] = manifest, kept
-        left_out += [f"run {letter}: {doubt}" for doubt in doubts]
-    a, b = runs["A"], runs["B"]
-    first = _relabel(a[1], "A", labels["A"], first_slot=0)
-    after = int(first["servers"]["slot"].max()) + 1 if len(first["servers"]) else 0
-    second = _relabel(b[1], "B", labels["B"], first_slot=after)
-    frames = {name: pd.concat([first[name], second[name]], ignore_index=True) for name in first}
-    external = [x for x, (m, _) in runs.items() if any(arm["kind"] == "url" for arm in m["arms"])]
+    """The runs as one comparison: a manifest, tables relabelled A and B with one block per
+    run, and their comparison over runs; each run's failed servers are left out."""
+    sides, left_out = {}, []
+    for letter, runs in (("A", runs_a), ("B", runs_b)):
+        sides[letter] = []
+        for n, (manifest, tables) in enumerate(runs):
+            kept, doubts = without_failed_servers(manifest, tables)
+            sides[letter].append((manifest, kept))
+            left_out += [f"run {letter}{n + 1}: {doubt}" for doubt in doubts]
+    parts, block, slot = [], 0, 0
+    for letter, runs in sides.items():
+        for manifest, frames in runs:
+            label = manifest.get("run_id") or labels[letter]
+            parts.append(_relabel(frames, letter, label, block, slot))
+            block += 1
+            slot += len(frames["servers"])
+    frames = {name: pd.concat([p[name] for p in parts], ignore_index=True) for name in parts[0]}
+    external = [
+        x
+        for x, runs in sides.items()
+        for m, _ in runs
+        if any(a["kind"] == "url" for a in m["arms"])
+    ]
     result = compare(
         frames["requests"],
         frames["spans"],
         frames["servers"],
         labels,
-        external=external,
-        headline=a[0]["scenario"]["headline"],
+        external=sorted(set(external)),
+        headline=runs_a[0][0]["scenario"]["headline"],
+        rule=rule,
+        unit=BETWEEN_RUNS,
     )
-    result.doubts[:0] = _doubts(runs, labels) + left_out
-    return _manifest(runs, labels, frames["servers"], command), frames, result
+    result.doubts[:0] = _doubts(sides, labels) + left_out
+    return _manifest(sides, labels, frames["servers"], command), frames, result
 
 
-def _relabel(frames: dict, letter: str, label: str, first_slot: int) -> dict[str, pd.DataFrame]:
-    """One run's rows as arm `letter`: blocks renumbered 0, 1, ... in order, slots moved to
-    start at `first_slot` (so both runs' servers of a paired block have their own slots)."""
-    keys = frames["servers"][["block", "slot"]].drop_duplicates()
-    keys["new_block"] = keys["block"].rank(method="dense").astype(int) - 1
-    keys["new_slot"] = keys["slot"] - keys["slot"].min() + first_slot
+def _relabel(frames: dict, letter: str, label: str, block: int, first_slot: int) -> dict:
+    """One run's rows as one block of arm `letter`: every server in block `block`, slots
+    renumbered from `first_slot` in schedule order (each server keeps its own slot)."""
+    keys = frames["servers"][["block", "slot"]].drop_duplicates().sort_values(["block", "slot"])
+    keys = keys.assign(new_slot=range(first_slot, first_slot + len(keys)))
     out = {}
     for name, frame in frames.items():
         frame = frame.merge(keys, on=["block", "slot"])
         frame = frame.assign(
-            block=frame["new_block"],
+            block=block,
             slot=frame["new_slot"],
             arm=label + "/" + frame["arm"].astype(str),
             letter=letter,
             server=letter + frame["new_slot"].astype(str),
         )
-        out[name] = frame.drop(columns=["new_block", "new_slot"])
+        out[name] = frame.drop(columns=["new_slot"])
     return out
 
 
-def _manifest(runs: dict, labels: dict[str, str], servers: pd.DataFrame, command: str) -> dict:
-    (a, _), (b, _) = runs["A"], runs["B"]
+def _manifest(sides: dict, labels: dict[str, str], servers: pd.DataFrame, command: str) -> dict:
+    manifests = [m for runs in sides.values() for m, _ in runs]
+    first = manifests[0]
 
     def either(key: str):
-        return a.get(key) if a.get(key) == b.get(key) else f"{a.get(key)} vs {b.get(key)}"
+        values = {str(m.get(key)) for m in manifests}
+        return first.get(key) if len(values) == 1 else " vs ".join(sorted(values))
 
     arms = [
-        {**arm, "letter": letter, "name": f"{labels[letter]}: {arm['name']}"}
-        for letter, (manifest, _) in runs.items()
-        for arm in manifest["arms"]
+        {**arm, "letter": letter, "name": f"{m.get('run_id') or labels[letter]}: {arm['name']}"}
+        for letter, runs in sides.items()
+        for m, _ in runs
+        for arm in m["arms"]
     ]
     return {
         "run_id": f"{labels['A']} vs {labels['B']}",
         "command": command,
-        "scenario": a["scenario"],
+        "scenario": first["scenario"],
         "arms": arms,
-        "machine": a.get("machine"),
+        "machine": first.get("machine"),
         "schedule": servers.sort_values(["block", "slot"])["letter"].tolist(),
         **{key: either(key) for key in ("concurrency", "requests", "duration_s", "warmup")},
-        "complete": bool(a.get("complete") and b.get("complete")),
+        "complete": all(m.get("complete") for m in manifests),
     }
 
 
-def _doubts(runs: dict, labels: dict[str, str]) -> list[str]:
-    (a, frames_a), (b, frames_b) = runs["A"], runs["B"]
-    when = {
-        x: time.strftime("%Y-%m-%d %H:%M", time.localtime(f["servers"]["start_unix"].min()))
-        for x, (_, f) in runs.items()
-    }
-    doubts = [
-        f"A and B are two runs (A {when['A']}, B {when['B']}), not interleaved: drift between"
-        " them (machine load, other tenants, thermals) counts as change; an ABBA run of both"
-        " builds is the stronger test"
-    ]
-    differ = [
-        f"{section + '.' if section else ''}{key} ({_get(a, section, key)} vs {_get(b, section, key)})"
-        for section, keys in SETUP.items()
-        for key in keys
-        if _get(a, section, key) != _get(b, section, key)
-    ]
-    if differ:
-        doubts.append("the runs differ in setup: " + "; ".join(differ))
-    blocks = [f["servers"]["block"].nunique() for f in (frames_a, frames_b)]
-    if blocks[0] != blocks[1]:
+def _doubts(sides: dict, labels: dict[str, str]) -> list[str]:
+    def when(runs) -> str:
+        starts = [f["servers"]["start_unix"].min() for _, f in runs]
+        days = sorted({time.strftime("%Y-%m-%d %H:%M", time.localtime(s)) for s in starts})
+        return days[0] if len(days) == 1 else f"{days[0]} .. {days[-1]}"
+
+    doubts = []
+    counts = {x: len(runs) for x, runs in sides.items()}
+    if min(counts.values()) < 2:
         doubts.append(
-            f"A has {blocks[0]} blocks, B {blocks[1]}: paired by order, the rest unpaired"
+            f"{counts['A']} run(s) of A and {counts['B']} of B: between recorded runs the run is"
+            " the unit, and a difference between two runs can be the day rather than the code;"
+            " the change is descriptive, with no verdict. For a verdict give two or more runs"
+            " of each side (a directory of run directories), or run both builds as the arms of"
+            " one `bench run --abba --blocks 3`"
         )
-    for letter, (manifest, _) in runs.items():
-        if not manifest.get("complete", False):
-            doubts.append(f"run {labels[letter]} did not finish: partial data")
+    else:
+        doubts.append(
+            f"A's runs ({when(sides['A'])}) and B's ({when(sides['B'])}) were not interleaved:"
+            " a change of the machine between the two sets counts as change"
+        )
+    manifests = {x: [m for m, _ in runs] for x, runs in sides.items()}
+    reference = manifests["A"][0]
+    differ = sorted(
+        {
+            f"{section + '.' if section else ''}{key}"
+            for ms in manifests.values()
+            for m in ms
+            for section, keys in SETUP.items()
+            for key in keys
+            if _get(m, section, key) != _get(reference, section, key)
+        }
+    )
+    if differ:
+        doubts.append("the runs differ in setup: " + ", ".join(differ))
+    for letter, ms in manifests.items():
+        if not all(m.get("complete", False) for m in ms):
+            doubts.append(f"a run of {labels[letter]} did not finish: partial data")
     return doubts
 
 

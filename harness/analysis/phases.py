@@ -78,14 +78,26 @@ def message_parent(name: str) -> str | None:
     return MESSAGE + parts[0] if len(parts) > 1 else None
 
 
+def is_message(name: str) -> bool:
+    """A span of one message's handling: worker.msg.<tag>, not a stage lap inside one and not
+    the request removal that shares the prefix (engine.spans.NOT_MESSAGES)."""
+    return (
+        name.startswith(MESSAGE)
+        and message_parent(name) is None
+        and name not in names.NOT_MESSAGES
+        and name != ALL_MESSAGES
+    )
+
+
 def message_costs(spans: pd.DataFrame, by: Sequence[str] = BY_SERVER) -> pd.DataFrame:
     """[*by, name, ms_per_request, requests]: ms of each worker.msg.* span and stage lap per
     request (requests = samples of worker.msg.add_request), plus ALL_MESSAGES, the sum over
-    the message spans (laps excluded: they are inside their message's span)."""
+    the messages received (`is_message`: laps are inside their message's span, and the
+    request removal runs inside the postprocess's tail or the abort message)."""
     messages = spans[(spans["kind"] == names.SPAN) & spans["name"].str.startswith(MESSAGE)]
     added = messages[messages["name"] == names.ADD_REQUEST].groupby(list(by))["n"].sum()
     ns = messages.groupby([*by, "name"])["sum"].sum().reset_index()
-    tops = ns[ns["name"].map(message_parent).isna()]
+    tops = ns[ns["name"].map(is_message).astype(bool)]
     total = tops.groupby(list(by))["sum"].sum().reset_index().assign(name=ALL_MESSAGES)
     out = pd.concat([ns, total], ignore_index=True)
     out = out.merge(added.rename("requests").reset_index(), on=list(by))

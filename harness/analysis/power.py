@@ -2,15 +2,19 @@
 A/A run and runs with a planted slowdown, as one `PowerReport`.
 
 Each configuration's run is an ordinary run directory, summarised once like `bench run`'s;
-`analyse` takes their tables and comparisons. The verdict of a `bench run` rests on the
-per-block log ratio r = log(B/A); its null distribution comes from the runs (the A/A ratios,
-and each planted run's ratios less their mean), and synthetic experiments of n blocks drawn
-from it (power_stats.py) give the false-positive rate and the smallest slowdown called
-"slower" in `POWER` of them, for n blocks.
+`analyse` takes their tables and comparisons. A verdict rests on the block + arm model of
+the per-server log values (stats.py); the server noise it leaves (its residuals, from the
+A/A run and from every planted run) is resampled into synthetic runs of n blocks
+(power_stats.py), which give the false-positive rate, the detection rate and coverage of a
+planted +10%, and the smallest slowdown called "slower" in `POWER` of them. The A/A run's own
+blocks give the false alarms of real runs and the effect of a server's position in its block.
+The report is stamped with the setup it was measured on (`stamp`), and a report that quotes
+it checks that setup against its own run (`mismatch`).
 """
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -22,19 +26,32 @@ from harness.analysis import metrics, phases
 from harness.analysis.compare import Comparison
 from harness.analysis.power_stats import (
     MIN_POOL,
+    PLANTED,
+    coverage,
     cv,
+    detection_rate,
+    experiments,
     false_positive_rate,
     min_detectable_slowdown,
-    null_pool,
-    resample,
+    run_residuals,
 )
-from harness.analysis.stats import SLOWER, block_log_ratios
+from harness.analysis.stats import (
+    FASTER,
+    SLOWER,
+    Design,
+    Rule,
+    paired_change,
+    schedule,
+    t_quantile,
+)
 
 # figure -> higher is better: the headline throughput and the postprocess's own work
 FIGURES = {"output_tok_per_s": True, phases.POSTPROCESS_WORK: False}
 ITERATION = names.ITERATION
-BLOCK_COUNTS = (2, 3, 5, 10, 20)
+BLOCK_COUNTS = (1, 2, 3, 5, 10, 20)
 DRAWS = 2000
+BLOCK_SIZE = 4  # bench power runs A B B A / B A A B blocks
+MACHINE_KEYS = ("host", "cpu", "cpus", "gpu")  # what makes two machines the same for noise
 
 
 @dataclass
@@ -42,10 +59,12 @@ class FigurePower:
     figure: str
     higher_is_better: bool
     cv: float | None  # spread of the per-server values across the A/A run's servers
-    block_sd: float | None  # spread of the per-block log ratio (A/A and centred planted runs)
+    noise_sd: float | None  # a server's residual noise (log units), every configuration pooled
     aa_verdict: str  # the verdict of the real A/A run
     false_positive_rate: dict[int, float | None]  # blocks -> share called faster or slower
     min_detectable_slowdown: dict[int, float | None]  # blocks -> +x time per unit of work
+    detection: dict[int, float | None]  # blocks -> share of a planted +10% called slower
+    coverage: dict[int, float | None]  # blocks -> share of intervals holding that +10%
 
 
 @dataclass
@@ -55,6 +74,28 @@ class LevelResult:
     run_dir: str
     expected: dict[str, float | None]  # figure -> B/A the delay should give on this run's A
     measured: dict[str, dict]  # figure -> the run's Change (ratio, low, high, verdict, ...)
+
+
+@dataclass
+class PositionEffect:
+    """One position of the A/A blocks: how far its servers sat from their block's mean."""
+
+    position: int  # 0..3 within the block
+    letters: str  # the arm at this position in each block, e.g. "ABAB"
+    mean: float | None  # mean log deviation from the block mean (about a relative offset)
+    low: float | None  # t-interval over the blocks (level 0.95)
+    high: float | None
+
+
+@dataclass
+class RealAA:
+    """The headline figure over the real A/A blocks: false alarms of runs of k consecutive
+    blocks (the blocks split into disjoint groups of k), and position effects."""
+
+    blocks: int
+    alarms: dict[int, list[int]]  # k -> [runs called faster or slower, runs of k blocks]
+    positions: list[PositionEffect]
+    outer_minus_inner: PositionEffect | None  # positions 0 and 3 against 1 and 2
 
 
 @dataclass
@@ -70,25 +111,38 @@ class PowerReport:
     figures: list[FigurePower]
     levels: list[LevelResult]
     run_dir: str
-    pool_size: int = 0  # null block ratios the rates rest on (the smallest over the figures)
+    pool_size: int = 0  # residuals the rates rest on (the smallest over the figures)
+    real_aa: RealAA | None = None
     doubts: list[str] = field(default_factory=list)
     created: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%S%z"))
 
     @property
     def quoted_blocks(self) -> int:
-        """The block count the headline numbers are for (a paired interval needs 2)."""
-        return max(self.blocks, 2)
+        """The block count the headline numbers are for."""
+        return self.blocks
+
+    def stamp(self) -> dict:
+        """What the figures hold for: a report of another setup must not quote them."""
+        machine = {key: self.machine.get(key) for key in MACHINE_KEYS}
+        return {
+            "scenario": self.scenario,
+            "size": self.size,
+            "machine": machine,
+            "concurrency": self.concurrency,
+            "blocks": self.blocks,
+        }
 
     def to_json(self) -> dict:
         n = self.quoted_blocks
         return {
+            "stamp": self.stamp(),
             "scenario": self.scenario,
             "size": self.size,
             "machine": self.machine,
             "blocks": self.blocks,
-            "false_positive_rate": {f.figure: f.false_positive_rate[n] for f in self.figures},
+            "false_positive_rate": {f.figure: f.false_positive_rate.get(n) for f in self.figures},
             "min_detectable_slowdown": {
-                f.figure: f.min_detectable_slowdown[n] for f in self.figures
+                f.figure: f.min_detectable_slowdown.get(n) for f in self.figures
             },
             "noise": {f.figure: f.cv for f in self.figures},
             "levels": [asdict(level) for level in self.levels],
@@ -99,6 +153,7 @@ class PowerReport:
             "iteration_ms": self.iteration_ms,
             "postprocess_ms": self.postprocess_ms,
             "figures": [asdict(f) for f in self.figures],
+            "real_aa": asdict(self.real_aa) if self.real_aa else None,
             "run_dir": self.run_dir,
             "pool_size": self.pool_size,
             "doubts": self.doubts,
@@ -172,21 +227,18 @@ def analyse(
         changes = {f: asdict(c) for f, c in _changes(run.comparison).items()}
         levels.append(LevelResult(run.fraction, run.delay_us, run.path, expected, changes))
     rng = np.random.default_rng(seed)
-    counts = sorted({*BLOCK_COUNTS, max(blocks, 2)})
+    counts = sorted({*BLOCK_COUNTS, blocks})
     figures, pool_sizes = [], []
     for figure, higher in FIGURES.items():
-        aa_ratios = _ratios(aa_values, figure)
-        pool = null_pool(aa_ratios, [_ratios(v, figure) for v in planted_values])
+        pool = np.concatenate(
+            [run_residuals(_figure(v, figure)) for v in [aa_values, *planted_values]]
+        )
         pool_sizes.append(len(pool))
-        fpr, mde = {}, {}
-        for n in counts:
-            sample = resample(pool, n, draws, rng) if len(pool) else None
-            fpr[n] = None if sample is None else false_positive_rate(sample, higher)
-            mde[n] = None if sample is None else min_detectable_slowdown(sample, higher)
+        rates = _rates(pool, counts, higher, draws, rng)
         values = aa_values.loc[aa_values["figure"] == figure, "value"]
-        spread = float(np.std(pool, ddof=1)) if len(pool) > 1 else None
+        sd = float(np.sqrt(np.mean(pool**2))) if len(pool) else None
         verdict = aa_verdicts.get(figure, "-")
-        figures.append(FigurePower(figure, higher, cv(values), spread, verdict, fpr, mde))
+        figures.append(FigurePower(figure, higher, cv(values), sd, verdict, *rates))
     report = PowerReport(
         **facts,
         blocks=blocks,
@@ -195,14 +247,32 @@ def analyse(
         figures=figures,
         levels=levels,
         pool_size=min(pool_sizes, default=0),
+        real_aa=real_aa(_figure(aa_values, "output_tok_per_s"), higher_is_better=True),
     )
     report.doubts = doubts(report)
     return report
 
 
-def _ratios(values: pd.DataFrame, figure: str) -> np.ndarray:
-    rows = values.loc[values["figure"] == figure, ["letter", "block", "value"]]
-    return block_log_ratios(rows, "A", "B").to_numpy(float)
+def _rates(pool: np.ndarray, counts: list[int], higher: bool, draws: int, rng) -> tuple:
+    """Per block count: false positives, smallest slowdown detected, and the detection rate
+    and coverage of a planted +10% (None without a pool or without degrees of freedom)."""
+    out: tuple[dict, ...] = ({}, {}, {}, {})
+    for n in counts:
+        design = Design.of(schedule(n, abba=True), BLOCK_SIZE)
+        if not len(pool):
+            for table in out:
+                table[n] = None
+            continue
+        noise = experiments(pool, design, draws, rng)
+        out[0][n] = false_positive_rate(noise, design, higher)
+        out[1][n] = min_detectable_slowdown(noise, design, higher)
+        out[2][n] = detection_rate(noise, design, PLANTED, higher)
+        out[3][n] = coverage(noise, design, PLANTED, higher)
+    return out
+
+
+def _figure(values: pd.DataFrame, figure: str) -> pd.DataFrame:
+    return values.loc[values["figure"] == figure, ["letter", "block", "slot", "value"]]
 
 
 def _changes(result: Comparison) -> dict:
@@ -211,12 +281,50 @@ def _changes(result: Comparison) -> dict:
     return {figure: by_name[figure] for figure in FIGURES if figure in by_name}
 
 
+def real_aa(values: pd.DataFrame, higher_is_better: bool, rule: Rule = Rule()) -> RealAA | None:
+    """The real A/A blocks of one figure (columns letter, block, slot, value): how often runs
+    of k consecutive blocks raise a false alarm, and where in a block its servers sat."""
+    values = values[values["value"] > 0]
+    blocks = sorted(values["block"].unique())
+    if not blocks:
+        return None
+    alarms = {}
+    for k in range(1, len(blocks) + 1):
+        groups = [blocks[i : i + k] for i in range(0, len(blocks) - k + 1, k)]
+        found = [
+            paired_change(values[values["block"].isin(g)], "A", "B", higher_is_better, rule)
+            for g in groups
+        ]
+        alarms[k] = [sum(c.verdict in (FASTER, SLOWER) for c in found), len(found)]
+    logs = values.assign(log=np.log(values["value"].astype(float)))
+    logs["deviation"] = logs["log"] - logs.groupby("block")["log"].transform("mean")
+    logs["position"] = logs["slot"] - logs.groupby("block")["slot"].transform("min")
+    positions = []
+    for position, rows in logs.groupby("position", sort=True):
+        order = "".join(rows.sort_values("block")["letter"])
+        positions.append(_mean_interval(rows["deviation"], int(position), order))
+    outer = logs["position"].isin([0, BLOCK_SIZE - 1])
+    by_block = logs[outer].groupby("block")["deviation"].mean()
+    by_block -= logs[~outer].groupby("block")["deviation"].mean()
+    contrast = _mean_interval(by_block.dropna(), -1, "outer - inner")
+    return RealAA(len(blocks), alarms, positions, contrast)
+
+
+def _mean_interval(deviations: pd.Series, position: int, letters: str) -> PositionEffect:
+    x = deviations.to_numpy(float)
+    if len(x) < 2:
+        mean = float(x.mean()) if len(x) else None
+        return PositionEffect(position, letters, mean, None, None)
+    half = t_quantile(0.95, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x))
+    return PositionEffect(position, letters, float(x.mean()), x.mean() - half, x.mean() + half)
+
+
 def doubts(report: PowerReport) -> list[str]:
     out = []
     if report.pool_size < MIN_POOL:
         out.append(
-            f"{report.pool_size} null block ratios per figure: the rates assume normal noise of"
-            " their spread and are rough; rerun with --blocks 3 or more"
+            f"{report.pool_size} residuals per figure: the rates assume normal noise of their"
+            " spread and are rough; rerun with --blocks 3 or more"
         )
     found = {f.figure: f.min_detectable_slowdown[report.quoted_blocks] for f in report.figures}
     for level in report.levels:
@@ -230,4 +338,53 @@ def doubts(report: PowerReport) -> list[str]:
                     f"planted +{level.delay_us} us (+{planted:.0%} on {figure}) was not called"
                     f" slower ({change['verdict']}) though +{needed:.0%} should be"
                 )
+    contrast = report.real_aa.outer_minus_inner if report.real_aa else None
+    if contrast and contrast.low is not None and (contrast.low > 0 or contrast.high < 0):
+        out.append(
+            f"a server's position in its block moved the A/A headline: the outer servers ran"
+            f" {math.expm1(contrast.mean):+.1%} against the inner ones (95% CI"
+            f" {math.expm1(contrast.low):+.1%} .. {math.expm1(contrast.high):+.1%}); an even"
+            " number of blocks cancels it (ABBA and BAAB in turn)"
+        )
     return out
+
+
+def mismatch(power: dict, manifest: dict) -> list[str]:
+    """How the setup a power result was measured on differs from a run's: scenario, size,
+    concurrency and machine (MACHINE_KEYS). Empty when they agree; a result without a stamp
+    (written before stamps) is a mismatch. The block count is not: the result holds its rates
+    for several block counts (`rates_for`)."""
+    stamp = power.get("stamp")
+    if not isinstance(stamp, dict):
+        return ["it carries no stamp of the setup it was measured on"]
+    scenario = manifest.get("scenario") or {}
+    machine = manifest.get("machine") or {}
+    ours = {
+        "scenario": scenario.get("name"),
+        "size": scenario.get("size"),
+        "concurrency": manifest.get("concurrency"),
+    }
+    out = [
+        f"{key} {stamp.get(key)} (this run: {value})"
+        for key, value in ours.items()
+        if stamp.get(key) != value
+    ]
+    theirs = stamp.get("machine") or {}
+    out += [
+        f"machine {key} {theirs.get(key)} (this run: {machine.get(key)})"
+        for key in MACHINE_KEYS
+        if theirs.get(key) != machine.get(key)
+    ]
+    return out
+
+
+def rates_for(power: dict, figure: str, blocks: int) -> dict[str, float | None] | None:
+    """A power result's rates for one figure at a block count: false positives, smallest
+    slowdown detected, detection and coverage of +10%; None when it has none for them."""
+    entry = next((f for f in power.get("figures") or [] if f.get("figure") == figure), None)
+    keys = ("false_positive_rate", "min_detectable_slowdown", "detection", "coverage")
+    if entry is None or str(blocks) not in {str(k) for k in entry.get(keys[0]) or {}}:
+        return None
+    return {
+        key: {str(k): v for k, v in (entry.get(key) or {}).items()}.get(str(blocks)) for key in keys
+    }

@@ -1,6 +1,6 @@
-"""The statistics of `bench power` (docs/POWER.md): synthetic experiments resampled from the
-per-block log ratios of runs with no effect, judged by the harness's own interval and
-verdict (stats.t_quantile, stats.decide). Pure functions.
+"""The statistics of `bench power` (docs/POWER.md): synthetic experiments whose server noise is
+drawn from what the block + arm model left of real runs, judged by the harness's own
+interval and verdict (stats.judge, the computation of stats.paired_change). Pure functions.
 """
 
 from __future__ import annotations
@@ -11,10 +11,11 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from harness.analysis.stats import FASTER, SLOWER, Rule, decide, t_quantile
+from harness.analysis.stats import FASTER, SLOWER, Design, Rule, judge, residuals, usable
 
 POWER = 0.8  # a slowdown is "detectable" when this share of experiments call it slower
-MIN_POOL = 8  # null ratios needed to resample them rather than use a normal of their spread
+PLANTED = 0.10  # the slowdown whose detection rate and coverage are quoted (+10% time)
+MIN_POOL = 8  # residuals needed to resample them rather than use a normal of their spread
 LARGEST = 10.0  # slowdowns searched up to +1000% time
 
 
@@ -27,75 +28,102 @@ def cv(values: Sequence[float] | pd.Series) -> float | None:
     return float(x.std(ddof=1) / x.mean())
 
 
-def null_pool(aa: np.ndarray, planted: Sequence[np.ndarray] = ()) -> np.ndarray:
-    """Per-block log ratios with no effect in them: the A/A ratios as they are, and each planted
-    run's ratios less their mean, scaled by sqrt(k / (k - 1)) so their spread is unbiased."""
-    parts = [np.asarray(aa, dtype=float)]
-    for ratios in planted:
-        r = np.asarray(ratios, dtype=float)
-        if len(r) >= 2:
-            parts.append((r - r.mean()) * math.sqrt(len(r) / (len(r) - 1)))
-    pool = np.concatenate(parts)
-    return pool[np.isfinite(pool)]
+def run_residuals(values: pd.DataFrame) -> np.ndarray:
+    """One run's server noise: the block + arm model's residuals of its per-server log values
+    (columns letter, block, value), whatever arm B's effect (a planted delay is fitted out).
+    Empty when the run has no residual degrees of freedom."""
+    rows = usable(values, "A", "B")
+    design = Design(rows["block"].to_numpy(), (rows["letter"] == "B").to_numpy())
+    if not len(rows) or design.df < 1:
+        return np.empty(0)
+    return residuals(np.log(rows["value"].to_numpy(float)), design)
 
 
-def resample(pool: np.ndarray, blocks: int, draws: int, rng: np.random.Generator) -> np.ndarray:
-    """`draws` synthetic null experiments of `blocks` log ratios each: drawn from the pool with
-    replacement, each with a random sign (A and B are exchangeable when nothing changed). A
-    pool of fewer than MIN_POOL ratios is too coarse to resample (two values give identical
-    blocks half the time): then the draws are normal with the pool's root mean square."""
+def experiments(
+    pool: np.ndarray, design: Design, draws: int, rng: np.random.Generator
+) -> np.ndarray:
+    """[draws, servers] server noise for synthetic runs laid out as `design`: drawn from the
+    pool with replacement, each with a random sign (with no change, A and B are exchangeable).
+    A pool of fewer than MIN_POOL residuals is too coarse to resample: then the noise is
+    normal with the pool's root mean square."""
     pool = np.asarray(pool, dtype=float)
+    shape = (draws, len(design.blocks))
     if len(pool) < MIN_POOL:
-        return rng.normal(0.0, float(np.sqrt(np.mean(pool**2))), size=(draws, blocks))
-    picks = rng.choice(pool, size=(draws, blocks), replace=True)
-    return picks * rng.choice([-1.0, 1.0], size=(draws, blocks))
+        return rng.normal(0.0, float(np.sqrt(np.mean(pool**2))), size=shape)
+    return rng.choice(pool, size=shape, replace=True) * rng.choice([-1.0, 1.0], size=shape)
+
+
+def _shifted(noise: np.ndarray, design: Design, slowdown: float, higher_is_better: bool):
+    """The noise with arm B slowed by `slowdown` (+x time per unit of work: tok/s / (1 + x),
+    ms * (1 + x)); and that true change, log(B/A)."""
+    truth = math.log1p(slowdown) * (-1.0 if higher_is_better else 1.0)
+    return noise + truth * design.is_b, truth
 
 
 def verdicts(
-    draws: np.ndarray, slowdown: float, higher_is_better: bool, rule: Rule = Rule()
-) -> list[str]:
-    """The verdict of each experiment (row of log ratios) with B slowed by `slowdown` (+x time
-    per unit of work: tok/s / (1 + x), ms * (1 + x)): the t-interval of stats.paired_change."""
-    shift = math.log1p(slowdown) * (-1.0 if higher_is_better else 1.0)
-    x = np.asarray(draws, dtype=float) + shift
-    n = x.shape[1]
-    mean, half = x.mean(axis=1), t_quantile(rule.level, n - 1) * x.std(axis=1, ddof=1) / n**0.5
-    return [
-        decide(lo, hi, higher_is_better, rule)
-        for lo, hi in zip(mean - half, mean + half, strict=True)
-    ]
+    noise: np.ndarray,
+    design: Design,
+    slowdown: float,
+    higher_is_better: bool,
+    rule: Rule = Rule(),
+) -> np.ndarray:
+    """The verdict of each synthetic run (row of `noise`) with B slowed by `slowdown`."""
+    logs, _ = _shifted(noise, design, slowdown, higher_is_better)
+    return judge(logs, design, higher_is_better, rule)[3]
 
 
-def false_positive_rate(draws: np.ndarray, higher_is_better: bool, rule: Rule = Rule()) -> float:
+def false_positive_rate(
+    noise: np.ndarray, design: Design, higher_is_better: bool, rule: Rule = Rule()
+) -> float:
     """Share of no-change experiments called "faster" or "slower"."""
-    found = verdicts(draws, 0.0, higher_is_better, rule)
-    return sum(v in (FASTER, SLOWER) for v in found) / len(found)
+    found = verdicts(noise, design, 0.0, higher_is_better, rule)
+    return float(np.isin(found, [FASTER, SLOWER]).mean())
 
 
 def detection_rate(
-    draws: np.ndarray, slowdown: float, higher_is_better: bool, rule: Rule = Rule()
+    noise: np.ndarray,
+    design: Design,
+    slowdown: float,
+    higher_is_better: bool,
+    rule: Rule = Rule(),
 ) -> float:
     """Share of experiments with B slowed by `slowdown` called "slower"."""
-    found = verdicts(draws, slowdown, higher_is_better, rule)
-    return sum(v == SLOWER for v in found) / len(found)
+    return float((verdicts(noise, design, slowdown, higher_is_better, rule) == SLOWER).mean())
+
+
+def coverage(
+    noise: np.ndarray,
+    design: Design,
+    slowdown: float,
+    higher_is_better: bool,
+    rule: Rule = Rule(),
+) -> float:
+    """Share of experiments with B slowed by `slowdown` whose interval holds the truth."""
+    logs, truth = _shifted(noise, design, slowdown, higher_is_better)
+    _, low, high, _ = judge(logs, design, higher_is_better, rule)
+    return float(((low <= truth) & (truth <= high)).mean())
 
 
 def min_detectable_slowdown(
-    draws: np.ndarray, higher_is_better: bool, rule: Rule = Rule(), power: float = POWER
+    noise: np.ndarray,
+    design: Design,
+    higher_is_better: bool,
+    rule: Rule = Rule(),
+    power: float = POWER,
 ) -> float | None:
     """The smallest slowdown called "slower" in `power` of the experiments (bisection on a log
     scale; the same draws at every step, so the rate only grows with the slowdown); None when
     even +LARGEST is not."""
-    if detection_rate(draws, LARGEST, higher_is_better, rule) < power:
+
+    def rate(slowdown: float) -> float:
+        return detection_rate(noise, design, slowdown, higher_is_better, rule)
+
+    if rate(LARGEST) < power:
         return None
     low, high = 1e-4, LARGEST
-    if detection_rate(draws, low, higher_is_better, rule) >= power:
+    if rate(low) >= power:
         return low
     for _ in range(30):
         mid = math.sqrt(low * high)
-        low, high = (
-            (low, mid)
-            if detection_rate(draws, mid, higher_is_better, rule) >= power
-            else (mid, high)
-        )
+        low, high = (low, mid) if rate(mid) >= power else (mid, high)
     return high

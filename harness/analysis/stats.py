@@ -1,46 +1,130 @@
-"""The paired comparison of two arms (docs/STATISTICS.md).
+"""The change of arm B against arm A, its interval and its verdict (docs/STATISTICS.md).
 
-The unit of replication is the server (one slot of the schedule), never the request. Within
-each block the arms' servers are averaged and compared as a log ratio, so drift between
-blocks cancels; the per-block log ratios give a t-interval for B/A with n_blocks - 1
-degrees of freedom. Pure functions; nothing here prints.
+Within one run the unit of replication is the server (one slot of the schedule), never the
+request: every server's value enters a block + arm model on log values, so drift between
+blocks cancels and the servers within a block all count (df = servers - blocks - 1). Between
+recorded runs the unit is the run (`run_change`). Pure functions; nothing here prints.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from statistics import NormalDist
 
 import numpy as np
 import pandas as pd
 
 FASTER, SLOWER, NO_CHANGE, NOT_ENOUGH = "faster", "slower", "no change", "not enough data"
-BLOCKS, WITHIN_BLOCK, NONE = "blocks", "within-block (weaker)", "none"
+NO_VERDICT = "no verdict"  # a descriptive change: nothing to replicate it against
+VERDICTS = (FASTER, SLOWER, NO_CHANGE, NOT_ENOUGH, NO_VERDICT)
+BLOCKS = "blocks"  # the block + arm model over two or more blocks
+ONE_BLOCK = "one block (weaker)"  # the same model on one block: blind to drift between blocks
+RUNS = "runs"  # recorded runs compared, each run one replicate
+DESCRIPTIVE = "descriptive"  # one run a side: a change with no interval
+NONE = "none"
 MAX_BLOCKS = 1000
+# What a comparison's replicates are: a run's servers in blocks, or recorded runs.
+IN_BLOCKS, BETWEEN_RUNS = "servers in blocks", "runs"
 
 
 @dataclass(frozen=True)
 class Rule:
     """How a confidence interval becomes a verdict (docs/STATISTICS.md, "Verdict")."""
 
-    level: float = 0.95  # two-sided confidence level
-    min_effect: float = 0.01  # a change whose whole CI lies within +-1% is "no change"
-    resolution: float = 0.05  # a CI covering 1 must be at most +-5% wide to say "no change"
+    level: float = 0.95  # two-sided confidence level of the interval
+    margin: float = 0.05  # equivalence margin: "no change" needs the whole CI inside +-5%
+
+    def family(self, size: int) -> Rule:
+        """The rule for each of `size` figures judged together: Bonferroni, so that all of
+        them hold their intervals at once with probability at least `level`."""
+        return replace(self, level=1 - (1 - self.level) / max(size, 1))
 
 
 @dataclass(frozen=True)
 class Change:
     """B relative to A for one figure: ratio B/A with its confidence interval."""
 
-    ratio: float | None  # point estimate of B/A (geometric mean of the per-block ratios)
-    low: float | None  # CI bounds for B/A
+    ratio: float | None  # point estimate of B/A
+    low: float | None  # CI bounds for B/A (None without an interval)
     high: float | None
-    blocks: int  # blocks with both arms present
-    method: str  # BLOCKS, WITHIN_BLOCK or NONE
+    blocks: int  # blocks with both arms present (runs, between recorded runs)
+    method: str  # BLOCKS, ONE_BLOCK, RUNS, DESCRIPTIVE or NONE
     df: int  # degrees of freedom of the t-interval
     verdict: str
-    blocks_needed: int | None = None  # total blocks suggested when the CI is too wide
+    blocks_needed: int | None = None  # blocks in all for a decisive verdict at this noise
+    level: float = 0.95  # the confidence level of this interval
+
+
+def schedule(blocks: int, abba: bool) -> list[str]:
+    """The letters of `blocks` blocks, in order. Blocks alternate: A B B A then B A A B with
+    `abba`, A B then B A without. Within an A B B A block a steady drift falls on both arms
+    alike; alternating the order cancels, over each pair of blocks, what one order cannot:
+    a drift within an A B block, and any effect of a server's position in its block."""
+    orders = (["A", "B", "B", "A"], ["B", "A", "A", "B"]) if abba else (["A", "B"], ["B", "A"])
+    return [letter for block in range(blocks) for letter in orders[block % 2]]
+
+
+@dataclass(frozen=True)
+class Design:
+    """Where each server sits: its block and whether it is arm B's. The same for every draw of
+    a simulation, so one design serves thousands of synthetic runs."""
+
+    blocks: np.ndarray  # int [n]
+    is_b: np.ndarray  # bool [n]
+
+    @classmethod
+    def of(cls, letters: list[str], block_size: int) -> Design:
+        """The design of a schedule: slot i is in block i // block_size."""
+        blocks = np.arange(len(letters)) // block_size
+        return cls(blocks, np.array([letter == "B" for letter in letters]))
+
+    @property
+    def block_count(self) -> int:
+        return len(np.unique(self.blocks))
+
+    @property
+    def df(self) -> int:
+        """Residual degrees of freedom of the block + arm model."""
+        return len(self.blocks) - self.block_count - 1
+
+    def centred(self) -> np.ndarray:
+        """The matrix that removes each block's mean (within-block deviations)."""
+        same = self.blocks[:, None] == self.blocks[None, :]
+        return np.eye(len(self.blocks)) - same / same.sum(axis=1, keepdims=True)
+
+    @property
+    def information(self) -> float:
+        """sum of the arm indicator's within-block squares: var(estimate) = sigma^2 / this."""
+        x = self.centred() @ self.is_b.astype(float)
+        return float(x @ x)
+
+
+def fit(logs: np.ndarray, design: Design) -> tuple[np.ndarray, np.ndarray]:
+    """Least squares of log value on a block effect and an arm effect. `logs` is [n] or
+    [draws, n]; returns the arm effect log(B/A) and its standard error (each [] or [draws]).
+
+    Within-block deviations remove the block effects (Frisch-Waugh), so the arm effect is the
+    regression of deviations on deviations, and the residual variance has `design.df` degrees
+    of freedom."""
+    effect, left = _solve(logs, design)
+    variance = (left**2).sum(axis=-1) / design.df
+    return effect, np.sqrt(variance / design.information)
+
+
+def residuals(logs: np.ndarray, design: Design) -> np.ndarray:
+    """What the block + arm model leaves of each server's log value, scaled by
+    sqrt(n / df) so that their mean square estimates a server's noise variance."""
+    _, left = _solve(logs, design)
+    return left * math.sqrt(len(design.blocks) / design.df)
+
+
+def _solve(logs: np.ndarray, design: Design) -> tuple[np.ndarray, np.ndarray]:
+    centre = design.centred()
+    x = centre @ design.is_b.astype(float)
+    y = np.asarray(logs, dtype=float) @ centre.T
+    effect = y @ x / float(x @ x)
+    return effect, y - np.multiply.outer(effect, x)
 
 
 def t_quantile(level: float, df: int) -> float:
@@ -68,94 +152,145 @@ def _t_central_mass(t: float, df: int) -> float:
     return math.sin(theta) * total
 
 
-def block_log_ratios(values: pd.DataFrame, a: str, b: str) -> pd.Series:
-    """log(mean B / mean A) per block, over blocks holding positive values of both arms.
-
-    `values` has columns letter, block, value: one row per server."""
-    usable = values[values["letter"].isin([a, b]) & (values["value"] > 0)]
-    means = usable.groupby(["block", "letter"])["value"].mean().unstack("letter")
-    if a not in means or b not in means:
-        return pd.Series(dtype=float)
-    return np.log(means[b] / means[a]).dropna()
+def usable(values: pd.DataFrame, a: str, b: str) -> pd.DataFrame:
+    """The servers that enter the model: positive values of either arm, in blocks that hold
+    both arms. `values` has columns letter, block, value: one row per server."""
+    rows = values[values["letter"].isin([a, b]) & (values["value"] > 0)]
+    both = rows.groupby("block")["letter"].transform("nunique") == 2
+    return rows[both]
 
 
 def paired_change(
-    values: pd.DataFrame, a: str, b: str, higher_is_better: bool, rule: Rule = Rule()
+    values: pd.DataFrame,
+    a: str,
+    b: str,
+    higher_is_better: bool,
+    rule: Rule = Rule(),
+    plan: bool = True,
 ) -> Change:
-    """The change of B against A from per-server values, with its verdict."""
-    ratios = block_log_ratios(values, a, b)
-    if len(ratios) >= 2:
-        spread = float(ratios.std(ddof=1))
-        return _change(float(ratios.mean()), spread, len(ratios), BLOCKS, higher_is_better, rule)
-    if len(ratios) == 1:
-        return _within_block(values, a, b, int(ratios.index[0]), higher_is_better, rule)
-    return Change(None, None, None, 0, NONE, 0, NOT_ENOUGH)
+    """The change of B against A within one run, from per-server values, with its verdict.
+    With `plan`, a "not enough data" change says how many blocks would decide it."""
+    rows = usable(values, a, b)
+    design = Design(rows["block"].to_numpy(), (rows["letter"] == b).to_numpy())
+    blocks = design.block_count
+    if not blocks or design.df < 1:
+        return Change(None, None, None, blocks, NONE, 0, NOT_ENOUGH, None, rule.level)
+    effect, se = fit(np.log(rows["value"].to_numpy(float)), design)
+    method = BLOCKS if blocks >= 2 else ONE_BLOCK
+    change = _change(float(effect), float(se), design.df, blocks, method, higher_is_better, rule)
+    if change.verdict != NOT_ENOUGH or not plan:
+        return change
+    spread = float(se) * math.sqrt(design.information)  # one server's residual sd
+    return replace(change, blocks_needed=_blocks_needed(spread, design, rule))
 
 
-def _within_block(
-    values: pd.DataFrame, a: str, b: str, block: int, higher_is_better: bool, rule: Rule
+def run_change(
+    values: pd.DataFrame,
+    a: str,
+    b: str,
+    higher_is_better: bool,
+    rule: Rule = Rule(),
+    plan: bool = False,
 ) -> Change:
-    """One block: the servers of each arm are the replicates (pooled-variance t). Weaker: it
-    cannot see drift between slots, and ABBA gives it only 2 degrees of freedom."""
-    rows = values[(values["block"] == block) & (values["value"] > 0)]
-    logs_a = np.log(rows.loc[rows["letter"] == a, "value"].to_numpy(float))
-    logs_b = np.log(rows.loc[rows["letter"] == b, "value"].to_numpy(float))
-    df = len(logs_a) + len(logs_b) - 2
-    if df < 1:
-        return Change(None, None, None, 1, NONE, 0, NOT_ENOUGH, _blocks_needed(None, rule))
-    squares = ((logs_a - logs_a.mean()) ** 2).sum() + ((logs_b - logs_b.mean()) ** 2).sum()
-    # spread of one block's log ratio, so that se = spread / sqrt(1 block)
-    spread = math.sqrt(squares / df * (1 / len(logs_a) + 1 / len(logs_b)))
-    mean = float(logs_b.mean() - logs_a.mean())
-    return _change(mean, spread, 1, WITHIN_BLOCK, higher_is_better, rule, df=df)
+    """The change of B against A between recorded runs: `block` names the run. Each run is
+    one replicate (the mean of its servers' log values); with two or more runs a side, a
+    two-sample t-interval on n_A + n_B - 2 degrees of freedom; with one run a side, the
+    change alone, with no interval and no verdict (a run-to-run difference cannot be told
+    from a change of code without replicates of the runs). `plan` is paired_change's; runs
+    are not planned in blocks."""
+    rows = values[values["letter"].isin([a, b]) & (values["value"] > 0)]
+    runs = np.log(rows["value"].astype(float)).groupby([rows["letter"], rows["block"]]).mean()
+    logs_a = runs.get(a, pd.Series(dtype=float)).to_numpy(float)
+    logs_b = runs.get(b, pd.Series(dtype=float)).to_numpy(float)
+    if not len(logs_a) or not len(logs_b):
+        return Change(None, None, None, 0, NONE, 0, NOT_ENOUGH, level=rule.level)
+    count = len(logs_a) + len(logs_b)
+    if min(len(logs_a), len(logs_b)) < 2:
+        ratio = math.exp(float(logs_b.mean() - logs_a.mean()))
+        return Change(ratio, None, None, count, DESCRIPTIVE, 0, NO_VERDICT, level=rule.level)
+    effect, se = two_sample(logs_a, logs_b)
+    return _change(float(effect), float(se), count - 2, count, RUNS, higher_is_better, rule)
+
+
+def two_sample(logs_a: np.ndarray, logs_b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Mean of B less mean of A and its pooled-variance standard error, along the last axis
+    ([runs] or [draws, runs]); n_A + n_B - 2 degrees of freedom."""
+    n_a, n_b = logs_a.shape[-1], logs_b.shape[-1]
+    mean_a, mean_b = logs_a.mean(axis=-1), logs_b.mean(axis=-1)
+    squares = ((logs_a - mean_a[..., None]) ** 2).sum(axis=-1)
+    squares = squares + ((logs_b - mean_b[..., None]) ** 2).sum(axis=-1)
+    se = np.sqrt(squares / (n_a + n_b - 2) * (1 / n_a + 1 / n_b))
+    return mean_b - mean_a, se
 
 
 def _change(
-    mean: float,
-    spread: float,
+    effect: float,
+    se: float,
+    df: int,
     blocks: int,
     method: str,
     higher_is_better: bool,
     rule: Rule,
-    df: int | None = None,
 ) -> Change:
-    df = blocks - 1 if df is None else df
-    half = t_quantile(rule.level, df) * spread / math.sqrt(blocks)
-    low, high = mean - half, mean + half
+    half = t_quantile(rule.level, df) * se
+    low, high = effect - half, effect + half
     verdict = decide(low, high, higher_is_better, rule)
-    needed = _blocks_needed(spread, rule) if verdict == NOT_ENOUGH else None
-    return Change(
-        math.exp(mean), math.exp(low), math.exp(high), blocks, method, df, verdict, needed
-    )
+    exp = math.exp
+    return Change(exp(effect), exp(low), exp(high), blocks, method, df, verdict, None, rule.level)
 
 
 def decide(log_low: float, log_high: float, higher_is_better: bool, rule: Rule) -> str:
     """The verdict from a CI for log(B/A), in this order:
-    1. the whole CI within +-log(1 + min_effect): "no change" (any change is negligible);
+    1. the whole CI within +-log(1 + margin): "no change" (any change is smaller than the
+       margin, which says what size of change matters);
     2. the whole CI on the better side of 0: "faster"; on the worse side: "slower";
-    3. the CI covers 0 and its half-width is at most log(1 + resolution): "no change";
-    4. otherwise "not enough data"."""
+    3. otherwise (the CI covers 0 and reaches past the margin): "not enough data"."""
+    return str(decide_many(np.array([log_low]), np.array([log_high]), higher_is_better, rule)[0])
+
+
+def decide_many(
+    log_low: np.ndarray, log_high: np.ndarray, higher_is_better: bool, rule: Rule
+) -> np.ndarray:
+    """`decide` for arrays of intervals (simulations judge thousands at once)."""
     sign = 1.0 if higher_is_better else -1.0
-    low, high = sorted((sign * log_low, sign * log_high))
-    if max(abs(low), abs(high)) <= math.log1p(rule.min_effect):
-        return NO_CHANGE
-    if low > 0:
-        return FASTER
-    if high < 0:
-        return SLOWER
-    if (high - low) / 2 <= math.log1p(rule.resolution):
-        return NO_CHANGE
-    return NOT_ENOUGH
+    low = np.minimum(sign * log_low, sign * log_high)
+    high = np.maximum(sign * log_low, sign * log_high)
+    inside = np.maximum(np.abs(low), np.abs(high)) <= math.log1p(rule.margin)
+    return np.select(
+        [inside, low > 0, high < 0], [NO_CHANGE, FASTER, SLOWER], default=NOT_ENOUGH
+    ).astype(object)
 
 
-def _blocks_needed(spread: float | None, rule: Rule) -> int | None:
-    """Fewest blocks whose t-interval half-width, at the observed spread of the per-block log
-    ratio, is at most log(1 + resolution): then any outcome is a decisive verdict."""
-    if spread is None or not math.isfinite(spread):
+def judge(
+    logs: np.ndarray, design: Design, higher_is_better: bool, rule: Rule
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Interval and verdict of the block + arm model for each row of `logs` ([draws, n] log
+    values laid out as `design`): (effect, low, high, verdict), the effect and bounds in log
+    units. What `paired_change` computes, for thousands of synthetic runs at once."""
+    effect, se = fit(logs, design)
+    half = t_quantile(rule.level, design.df) * se
+    low, high = effect - half, effect + half
+    return effect, low, high, decide_many(low, high, higher_is_better, rule)
+
+
+def _blocks_needed(spread: float | None, design: Design, rule: Rule) -> int | None:
+    """Fewest blocks (of this run's layout) whose interval half-width, at a server's residual
+    spread `spread`, is at most half the margin: then every outcome is decisive (an interval
+    that covers 0 lies inside the margin)."""
+    if spread is None or not math.isfinite(spread) or not len(design.blocks):
         return None
-    target = math.log1p(rule.resolution)
-    z = NormalDist().inv_cdf((1 + rule.level) / 2)  # t > z, so fewer blocks never suffice
-    for blocks in range(max(2, math.ceil((z * spread / target) ** 2)), MAX_BLOCKS + 1):
-        if t_quantile(rule.level, blocks - 1) * spread / math.sqrt(blocks) <= target:
-            return blocks
+    blocks = design.block_count
+    per_block_info = design.information / blocks if blocks else 0.0
+    per_block_servers = len(design.blocks) / blocks if blocks else 0.0
+    if per_block_info <= 0:
+        return None
+    target = math.log1p(rule.margin) / 2
+    z = NormalDist().inv_cdf((1 + rule.level) / 2)  # t > z: fewer blocks never suffice
+    fewest = max(1, math.floor((z * spread / target) ** 2 / per_block_info))
+    for count in range(fewest, MAX_BLOCKS + 1):
+        df = round(count * per_block_servers) - count - 1
+        if df < 1:
+            continue
+        if t_quantile(rule.level, df) * spread / math.sqrt(count * per_block_info) <= target:
+            return count
     return MAX_BLOCKS

@@ -9,22 +9,27 @@ from __future__ import annotations
 import pandas as pd
 
 from harness.analysis.compare import Comparison, compare
+from harness.analysis.stats import Rule
 
 INCOMPLETE = "the run did not finish (interrupted or failed): partial data"
 
 
 def summarize(manifest: dict, frames: dict[str, pd.DataFrame]) -> Comparison:
-    """Arm B against arm A of one run directory's tables, headline from its scenario; the
+    """Arm B against arm A of one run directory's tables, headline from its scenario, the
+    equivalence margin from the run's manifest (the default for runs that name none); the
     servers that failed during the run are left out (`without_failed_servers`)."""
     arms = {a["letter"]: a for a in manifest["arms"]}
     frames, left_out = without_failed_servers(manifest, frames)
+    unspanned = {letter for letter, arm in arms.items() if arm["kind"] == "url"}
+    unspanned |= set(manifest.get("untimed") or ())
     result = compare(
         frames["requests"],
         frames["spans"],
         frames["servers"],
         labels={letter: arm["name"] for letter, arm in arms.items()},
-        external=tuple(letter for letter, arm in arms.items() if arm["kind"] == "url"),
+        external=tuple(sorted(unspanned)),
         headline=manifest["scenario"]["headline"],
+        rule=Rule(margin=manifest.get("margin", Rule().margin)),
     )
     result.doubts[:0] = left_out
     if not manifest.get("complete", False):

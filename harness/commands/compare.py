@@ -1,5 +1,7 @@
-"""`bench compare RUN_A RUN_B`: two recorded runs (e.g. last night's and today's) as arms A and B
-(analysis/pairing.py), with the same tables as `bench run`."""
+"""`bench compare RUNS_A RUNS_B`: recorded runs (e.g. last night's and today's) as arms A and B
+(analysis/pairing.py), with the same tables as `bench run`. Each side is a run directory or a
+directory of run directories; the run is the unit, so one run a side gives a descriptive
+change and no verdict."""
 
 from __future__ import annotations
 
@@ -10,8 +12,9 @@ from pathlib import Path
 import typer
 
 from harness.analysis.pairing import pair_runs, run_labels
+from harness.analysis.stats import Rule
 from harness.errors import BenchError
-from harness.results import RESULTS, load_run, report_context
+from harness.results import RESULTS, load_runs, report_context
 from harness.show.comparison import render
 from harness.show.console import fail, notes, output
 from harness.show.report.evidence import gather
@@ -19,22 +22,24 @@ from harness.show.report.write import write_report
 
 
 def main(
-    run_a: Path = typer.Argument(..., help="The baseline run directory (arm A)."),
-    run_b: Path = typer.Argument(..., help="The run to judge against it (arm B)."),
+    runs_a: Path = typer.Argument(..., help="Baseline: a run directory, or a directory of them."),
+    runs_b: Path = typer.Argument(..., help="Judged against it: a run directory, or several."),
     as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON."),
     report: Path | None = typer.Option(None, help="Write report.md and plots into this directory."),
     html: bool = typer.Option(False, "--html", help="With --report, also write report.html."),
+    margin: float = typer.Option(0.05, min=0.0, help="No change: whole CI within +-this."),
 ) -> None:
-    """Compare two runs' servers as arms A and B; exit 1 when B's headline figure is slower."""
+    """Compare recorded runs as arms A and B; exit 1 when B's headline figure is slower (a
+    verdict needs two or more runs of each side)."""
     try:
-        runs = [load_run(run_a), load_run(run_b)]
-        for path, (_, frames) in zip((run_a, run_b), runs, strict=True):
-            if frames["servers"].empty:
-                raise BenchError(f"{path} has no servers: nothing was measured; rerun it")
+        sides = [load_runs(runs_a), load_runs(runs_b)]
     except BenchError as exc:
         fail(str(exc))
-    labels = run_labels(str(run_a), str(run_b), runs[0][0], runs[1][0])
-    manifest, frames, result = pair_runs(*runs, labels, " ".join(sys.argv))
+    paths = [[str(p) for p, _, _ in side] for side in sides]
+    runs = [[(m, f) for _, m, f in side] for side in sides]
+    labels = run_labels(*paths, *runs)
+    rule = Rule(margin=margin)
+    manifest, frames, result = pair_runs(*runs, labels, " ".join(sys.argv), rule)
     if as_json:
         print(json.dumps(result.to_json(), indent=2))
     else:

@@ -24,17 +24,18 @@ def main(
     levels: str = typer.Option("0.1,0.5,1", help="Planted delays, fractions of an iteration."),
     size: str | None = typer.Option(None, help="Model size (default: by machine)."),
     ref: str = typer.Option("HEAD", help="Code both arms run: a git ref or 'worktree'."),
+    aa_only: bool = typer.Option(False, "--aa-only", help="A/A blocks only, no planted levels."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """A/A blocks and blocks with a planted slowdown: false positives, detectable slowdown, noise."""
     console = notes()
     try:
-        fractions = tuple(float(x) for x in levels.split(",") if x.strip())
+        fractions = () if aa_only else tuple(float(x) for x in levels.split(",") if x.strip())
         resolved = load_scenario(scenario, size)
     except (ValueError, ConfigError) as exc:
         fail(f"{exc} (--levels takes fractions such as 0.1,0.5,1)")
-    if not fractions or min(fractions) <= 0:
-        fail("--levels needs at least one fraction > 0, e.g. 0.1,0.5,1")
+    if not aa_only and (not fractions or min(fractions) <= 0):
+        fail("--levels needs at least one fraction > 0, e.g. 0.1,0.5,1 (or give --aa-only)")
     plan = PowerPlan(resolved, concurrency, blocks, requests, warmup, fractions, ref)
     root = RESULTS / "power" / new_run_id(resolved.name)
     slots = 4 * blocks * (1 + len(fractions))

@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 
 from engine.config import ConfigError, load_scenario
+from harness.analysis.stats import schedule
 from harness.commands.report import report_run
 from harness.errors import BenchError
 from harness.measure.arms import resolve_arms
@@ -24,7 +25,7 @@ from harness.show.progress import RunProgress
 def main(
     scenario: str = typer.Argument(..., help="Scenario name (bench scenarios lists them)."),
     concurrency: int = typer.Option(..., "--concurrency", "-c", min=1, help="Requests in flight."),
-    abba: bool = typer.Option(False, "--abba", help="Run A B B A blocks (else A B)."),
+    abba: bool = typer.Option(False, "--abba", help="ABBA and BAAB blocks in turn (else AB, BA)."),
     blocks: int = typer.Option(1, min=1, help="Repeat the block this many times."),
     arm: list[str] = typer.Option([], "--arm", help="NAME=SPEC, twice (A then B)."),
     requests: int | None = typer.Option(None, min=1, help="Measured requests per server."),
@@ -38,6 +39,7 @@ def main(
         STALL_S, min=1, help="Seconds without a finished request before a server has stalled."
     ),
     shards: int = typer.Option(1, min=1, help="Client processes for the load."),
+    margin: float = typer.Option(0.05, min=0.0, help="No change: whole CI within +-this."),
     report: bool = typer.Option(False, "--report", help="Write report.md and plots too."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
@@ -61,7 +63,7 @@ def main(
         console.print(f"size [bold]{resolved.size}[/] ({resolved.size_reason})")
     if arms[0].same_code_as(arms[1]):
         console.print("arms A and B run the same code and settings: this is an A/A check")
-    letters = (["A", "B", "B", "A"] if abba else ["A", "B"]) * blocks
+    letters = schedule(blocks, abba)
     count = warm + (measured if duration is None else 1_000_000)
     plan = RunPlan(
         scenario=resolved,
@@ -75,6 +77,7 @@ def main(
         duration_s=duration,
         shards=shards,
         stall_s=stall_timeout,
+        margin=margin,
     )
     arm_manifests = [_arm_manifest(a, engines[a.letter]) for a in arms]
     try:
@@ -104,7 +107,7 @@ def main(
     failed = rundir.manifest.get("failed_servers")
     if failed:
         console.print(f"[yellow]failed and left out of the comparison: {', '.join(failed)}[/]")
-        raise typer.Exit(3)
+        raise typer.Exit(4)  # a server failed: not a verdict on the whole schedule
     if result.regression:
         raise typer.Exit(1)
 

@@ -179,7 +179,11 @@ class Lane:
                 if left <= 0:
                     raise TimeoutError(f"no data for {timeout_s:g} s")
                 try:
-                    status = await asyncio.wait_for(asyncio.shield(conn.done), left)
+                    # not asyncio.wait_for: before Python 3.12 it returns the result, and
+                    # loses the cancellation, when the response completes as the lane is
+                    # cancelled; flat out (bench calibrate) a lane then ran on past its stop
+                    async with asyncio.timeout(left):
+                        status = await asyncio.shield(conn.done)
                 except TimeoutError:
                     continue
                 self.last_status = status

@@ -14,6 +14,7 @@ from pathlib import Path
 from engine.config import Scenario, parse_overrides
 from harness.analysis import power
 from harness.analysis.power import ConfigurationRun, PowerReport
+from harness.analysis.stats import schedule
 from harness.errors import BenchError
 from harness.measure.arms import resolve
 from harness.measure.request_sequence import build_requests
@@ -50,7 +51,7 @@ def run_configuration(
     run = RunPlan(
         scenario=plan.scenario,
         arms={"A": a, "B": b},
-        letters=["A", "B", "B", "A"] * plan.blocks,
+        letters=schedule(plan.blocks, abba=True),
         block_size=4,
         concurrency=plan.concurrency,
         requests=build_requests(plan.scenario.load, vocab_size(plan.scenario.model), count),

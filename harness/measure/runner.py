@@ -1,10 +1,11 @@
 """The schedule: for each slot, a fresh server, warmup, closed-loop load, drain, stop.
 
-Runs the slots in A B B A order (x blocks), collects every slot's request records and span
-records into the run directory as it goes, and stops cleanly on Ctrl-C, SIGTERM or SIGHUP:
-the server is stopped, what was measured is written, and the manifest says the run is
-incomplete. Every row is stamped with its slot (arm, letter, server, block, slot) as it is
-recorded; when the schedule ends the run is summarised, once (`run_schedule`).
+Runs the slots block by block, alternating the order (A B B A then B A A B, or A B then
+B A: analysis.stats.schedule), collects every slot's request records and span records into
+the run directory as it goes, and stops cleanly on Ctrl-C, SIGTERM or SIGHUP: the server is
+stopped, what was measured is written, and the manifest says the run is incomplete. Every
+row is stamped with its slot (arm, letter, server, block, slot) as it is recorded; when the
+schedule ends the run is summarised, once (`run_schedule`).
 
 Every server runs its arm's scenario file in the run directory (scenarios/<letter>.yaml): the
 scenario the manifest records, with the arm's overrides. A server that dies or stalls under
@@ -25,6 +26,7 @@ from engine import env
 from engine.config import ConfigError, Scenario, scenario_source
 from harness.analysis.compare import Comparison
 from harness.analysis.schema import RequestRecord, ServerRecord, Slot
+from harness.analysis.stats import Rule
 from harness.errors import BenchError
 from harness.measure.arms import Arm
 from harness.measure.event_loop import run_loop
@@ -50,7 +52,7 @@ EXIT_WAIT_S = 3.0
 class RunPlan:
     scenario: Scenario
     arms: dict[str, Arm]  # letter -> arm
-    letters: list[str]  # the schedule, e.g. A B B A A B B A
+    letters: list[str]  # the schedule (`schedule`), e.g. A B B A B A A B
     block_size: int  # letters per block (4 with --abba, else 2)
     concurrency: int
     requests: Sequence[RequestSpec]
@@ -60,6 +62,8 @@ class RunPlan:
     health_timeout_s: float = 300.0
     shards: int = 1
     stall_s: float = STALL_S
+    margin: float = Rule().margin  # "no change": the whole interval within +-margin
+    untimed: tuple[str, ...] = ()  # letters whose servers run without phase timing
 
     def manifest(self, run_id: str, command: str, measured: int, arms: list[dict]) -> dict:
         """manifest.json of the run (docs/RESULTS.md); `complete` until the schedule ends."""
@@ -76,6 +80,8 @@ class RunPlan:
             "duration_s": self.duration_s,
             "warmup": self.warmup,
             "period": self.period,
+            "margin": self.margin,
+            "untimed": list(self.untimed),
             "machine": machine(),
             "complete": False,
         }
@@ -185,7 +191,7 @@ def _run_slot(plan, rundir, collector, number, letter, show, stop, tally) -> Non
                 cwd=arm.tree,
                 log_path=log,
                 server_id=slot.server,
-                env=env.timing_environment(plan.period, span_addr=collector.address),
+                env=_timing(plan, letter, collector),
             )
             record.port = server.port
             server.start()
@@ -223,6 +229,14 @@ def _run_slot(plan, rundir, collector, number, letter, show, stop, tally) -> Non
             spans = collector.take(slot, wait_s)
         record.stop_unix = time.time()
         rundir.append_slot(records, spans, record, failed=fault)
+
+
+def _timing(plan: RunPlan, letter: str, collector: SpanCollector) -> dict[str, str]:
+    """The phase-timing variables of a server: off for an untimed arm (timing on against off
+    is then a comparison of its own: scripts/timing_cost.py)."""
+    if letter in plan.untimed:
+        return env.timing_environment(0)
+    return env.timing_environment(plan.period, span_addr=collector.address)
 
 
 def _drive(plan, url, model, slot, status, show, stop, watch):

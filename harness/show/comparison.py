@@ -8,16 +8,24 @@ from rich.markup import escape
 from rich.table import Table
 
 from harness.analysis.compare import Comparison
-from harness.analysis.phases import ALL_MESSAGES, POSTPROCESS_WORK
+from harness.analysis.phases import POSTPROCESS_WORK
 from harness.analysis.schema import LETTERS
-from harness.show.format import change_text, joined, number, verdict_text
+from harness.show.format import (
+    MESSAGE_NOTE,
+    caption,
+    change_text,
+    joined,
+    number,
+    verdict_text,
+)
 
 
 def render(result: Comparison) -> Group:
     """The tables the CLI prints: figures, per-server values, phases, message costs, doubts."""
     a, b = (f"{x}: {escape(result.labels[x])}" for x in LETTERS)
-    ci = f"change ({result.rule.level:.0%} CI)"
-    figures = table(f"B against A, {result.blocks} paired blocks", "figure", a, b, ci, "verdict")
+    ci = "change (CI)"
+    figures = table("B against A", "figure", a, b, ci, "verdict")
+    figures.caption = caption(result)
     for f in result.figures:
         figures.add_row(
             f"{f.label} ({f.unit})",
@@ -36,7 +44,8 @@ def render(result: Comparison) -> Group:
     if result.phases:
         waits = ", ".join(result.postprocess_waits)
         title = f"ms per worker iteration ({POSTPROCESS_WORK}: postprocess_batch less {waits})"
-        phases = table(title, "phase", a, b, ci, "verdict")
+        family = f"change ({result.family_rule.level:.2%} CI)"
+        phases = table(title, "phase", a, b, family, "verdict")
         for p in result.phases:
             phases.add_row(
                 p.name,
@@ -47,7 +56,8 @@ def render(result: Comparison) -> Group:
             )
         parts.append(phases)
     if result.messages:
-        messages = table(f"ms per request ({ALL_MESSAGES})", "stage", a, b)
+        messages = table("ms per request", "stage", a, b)
+        messages.caption = MESSAGE_NOTE
         for m in result.messages:
             messages.add_row(("  " if m.parent else "") + m.name, number(m.a_ms), number(m.b_ms))
         parts.append(messages)

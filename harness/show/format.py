@@ -1,10 +1,19 @@
-"""How a number reads, the same in the terminal and in the report."""
+"""How a number, a change, a verdict and a comparison's caption read, the same in the terminal
+and in the report."""
 
 from __future__ import annotations
 
 import math
 
-from harness.analysis.stats import WITHIN_BLOCK, Change
+from engine.spans import NOT_MESSAGES
+from harness.analysis.compare import Comparison
+from harness.analysis.phases import ALL_MESSAGES
+from harness.analysis.stats import BETWEEN_RUNS, ONE_BLOCK, Change
+
+MESSAGE_NOTE = (
+    f"{ALL_MESSAGES} adds the messages the worker received; {', '.join(NOT_MESSAGES)} runs"
+    " inside the postprocess's tail or an abort message, so it is not in that total"
+)
 
 
 def number(value: float | None) -> str:
@@ -23,12 +32,35 @@ def joined(values: list, show=number) -> str:
 def change_text(change: Change) -> str:
     if change.ratio is None:
         return "-"
+    if change.low is None:
+        return f"{change.ratio - 1:+.1%} (no interval)"
     return f"{change.ratio - 1:+.1%} ({change.low - 1:+.1%} .. {change.high - 1:+.1%})"
 
 
 def verdict_text(change: Change) -> str:
-    weaker = " (1 block)" if change.method == WITHIN_BLOCK else ""
+    weaker = " (1 block)" if change.method == ONE_BLOCK else ""
     return change.verdict + weaker
+
+
+def caption(c: Comparison) -> str:
+    """What the figures table's intervals and verdicts are: which figure decides the exit
+    code, how the others are held together, what the replicates are, which window the
+    latencies cover."""
+    headline = next((f.label for f in c.figures if f.figure == c.headline), c.headline)
+    if c.unit == BETWEEN_RUNS:
+        units = f"{c.blocks} recorded runs, each run one replicate"
+        if any(f.change.low is None for f in c.figures if f.figure == c.headline):
+            units += " (one run a side: every change is descriptive, with no verdict)"
+    else:
+        units = f"{c.blocks} block(s) of fresh servers, every server a replicate"
+    return (
+        f"B against A over {units}. {headline} ({c.rule.level:.0%} CI) alone decides the exit"
+        f" code; the other {c.family} figures and phases are held together at"
+        f" {c.rule.level:.0%} (Bonferroni: each interval at {c.family_rule.level:.2%}), so an"
+        f" A/A run shows a verdict on any of them at most {1 - c.rule.level:.0%} of the time."
+        f" 'no change': the whole interval within +-{c.rule.margin:.0%}. Latency percentiles"
+        " cover each server's steady window."
+    )
 
 
 def percent(value: float | None) -> str:

@@ -1,14 +1,17 @@
-"""`bench power`'s report as rich tables: noise and false positives per figure, the smallest
-slowdown detected per block count, and the planted slowdowns expected against measured."""
+"""`bench power`'s report as rich tables: noise and false positives per figure, what a number
+of blocks detects, the planted slowdowns expected against measured, and the real A/A blocks'
+false alarms and position effects."""
 
 from __future__ import annotations
+
+import math
 
 from rich.console import Group
 from rich.table import Table
 
 from harness.analysis.phases import POSTPROCESS_WORK
-from harness.analysis.power import PowerReport
-from harness.analysis.power_stats import LARGEST, POWER
+from harness.analysis.power import PositionEffect, PowerReport
+from harness.analysis.power_stats import LARGEST, PLANTED, POWER
 from harness.show.format import percent, significant
 
 LABELS = {"output_tok_per_s": "output tok/s", POSTPROCESS_WORK: "postprocess ms/iter"}
@@ -20,21 +23,45 @@ def render(report: PowerReport) -> Group:
         f"{report.scenario} ({report.size}), c={report.concurrency}, {report.blocks} block(s)"
         f" per configuration, iteration {significant(report.iteration_ms)} ms"
     )
-    figures = _table(title, "figure", "noise (CV)", "A/A verdict", f"false pos. ({n} blocks)")
+    figures = _table(
+        title, "figure", "noise (CV)", "server sd", "A/A verdict", f"false pos. ({n} blocks)"
+    )
     for f in report.figures:
         fpr = f.false_positive_rate[n]
-        figures.add_row(LABELS[f.figure], percent(f.cv), f.aa_verdict, percent(fpr))
+        figures.add_row(
+            LABELS[f.figure], percent(f.cv), percent(f.noise_sd), f.aa_verdict, percent(fpr)
+        )
+    parts: list = [figures, _by_blocks(report)]
+    if report.levels:
+        parts.append(_levels(report))
+    if report.real_aa is not None:
+        parts += _real_aa(report)
+    parts += [f"[yellow]doubt:[/] {d}" for d in report.doubts]
+    return Group(*parts)
+
+
+def _by_blocks(report: PowerReport) -> Table:
     counts = sorted(report.figures[0].min_detectable_slowdown) if report.figures else []
-    labels = [LABELS[f.figure] for f in report.figures]
-    detectable = _table(
-        f"smallest slowdown called slower in {POWER:.0%} of runs", "blocks", *labels
-    )
+    columns = []
+    for f in report.figures:
+        label = LABELS[f.figure]
+        columns += [f"{label}: false pos.", f"{label}: +{PLANTED:.0%} found / CI holds it"]
+        columns.append(f"{label}: found in {POWER:.0%}")
+    table = _table("synthetic runs of n blocks (ABBA, BAAB, ...)", "blocks", *columns)
     for count in counts:
-        row = [_slowdown(f.min_detectable_slowdown[count]) for f in report.figures]
-        detectable.add_row(str(count), *row)
+        row = []
+        for f in report.figures:
+            found = f"{percent(f.detection[count])} / {percent(f.coverage[count])}"
+            row += [percent(f.false_positive_rate[count]), found]
+            row.append(_slowdown(f.min_detectable_slowdown[count]))
+        table.add_row(str(count), *row)
+    return table
+
+
+def _levels(report: PowerReport) -> Table:
     levels = _table(
-        "planted slowdowns: B/A expected and measured (95% CI)",
-        *("delay", "figure", "expected", "measured", "verdict"),
+        "planted slowdowns: B/A expected and measured",
+        *("delay", "figure", "expected", "measured (CI)", "verdict"),
     )
     for level in report.levels:
         for figure, change in level.measured.items():
@@ -42,8 +69,33 @@ def render(report: PowerReport) -> Group:
             expected = significant(level.expected.get(figure))
             ci = f"{ratio} ({low}..{high})"
             levels.add_row(f"+{level.delay_us} us", LABELS[figure], expected, ci, change["verdict"])
-    doubts = (f"[yellow]doubt:[/] {d}" for d in report.doubts)
-    return Group(figures, detectable, levels, *doubts)
+    return levels
+
+
+def _real_aa(report: PowerReport) -> list[Table]:
+    real = report.real_aa
+    alarms = _table(
+        f"real A/A: {real.blocks} block(s) of output tok/s split into runs of k blocks",
+        *("k", "runs called faster or slower"),
+    )
+    for k, (found, runs) in real.alarms.items():
+        alarms.add_row(str(k), f"{found} of {runs}")
+    positions = _table(
+        "real A/A: each position's servers against their block's mean (95% CI over blocks)",
+        *("position", "arms (block by block)", "mean", "CI"),
+    )
+    for p in [*real.positions, *([real.outer_minus_inner] if real.outer_minus_inner else [])]:
+        name = "outer - inner" if p.position < 0 else str(p.position)
+        positions.add_row(name, p.letters if p.position >= 0 else "", _offset(p.mean), _ci(p))
+    return [alarms, positions]
+
+
+def _offset(log_value: float | None) -> str:
+    return "-" if log_value is None else f"{math.expm1(log_value):+.1%}"
+
+
+def _ci(p: PositionEffect) -> str:
+    return "-" if p.low is None else f"{_offset(p.low)} .. {_offset(p.high)}"
 
 
 def _table(title: str, *columns: str) -> Table:

@@ -16,9 +16,11 @@ from typing import TYPE_CHECKING
 from harness.analysis import phases
 from harness.analysis.compare import Comparison
 from harness.analysis.doubts import client_limit
+from harness.analysis.power import mismatch, rates_for
+from harness.analysis.power_stats import PLANTED, POWER
 from harness.analysis.schema import LETTERS
-from harness.analysis.stats import FASTER, NO_CHANGE, SLOWER, WITHIN_BLOCK
-from harness.show.format import number
+from harness.analysis.stats import BETWEEN_RUNS, FASTER, NO_CHANGE, NO_VERDICT, ONE_BLOCK, SLOWER
+from harness.show.format import MESSAGE_NOTE, caption, number
 from harness.show.report.blocks import Block, Bullets, Heading, Image, Text
 from harness.show.report.evidence import Evidence
 from harness.show.report.tables import (
@@ -33,7 +35,12 @@ if TYPE_CHECKING:
     from harness.show.report.plots import Drawn
 
 
-HEADLINE_WORDS = {FASTER: "B is faster", SLOWER: "B is slower", NO_CHANGE: "No change"}
+HEADLINE_WORDS = {
+    FASTER: "B is faster",
+    SLOWER: "B is slower",
+    NO_CHANGE: "No change",
+    NO_VERDICT: "No verdict",
+}
 
 
 def document(evidence: Evidence, drawn: Drawn, relative_to: Path) -> list[Block]:
@@ -52,6 +59,7 @@ def document(evidence: Evidence, drawn: Drawn, relative_to: Path) -> list[Block]
         Text(headline(c)),
         Text("Setup: " + setup(evidence)),
         figure_table(c, a, b),
+        Text(f"*{caption(c)}*"),
         Heading("Throughput per server (schedule order)"),
         server_table(c, a, b),
         *image("throughput"),
@@ -68,8 +76,8 @@ def document(evidence: Evidence, drawn: Drawn, relative_to: Path) -> list[Block]
             *image("phases"),
         ]
     if c.messages:
-        heading = Heading(f"Message cost (ms per request, `{phases.ALL_MESSAGES}`)")
-        blocks += [heading, message_table(c, a, b)]
+        heading = Heading("Message cost (ms per request)")
+        blocks += [heading, message_table(c, a, b), Text(f"*{MESSAGE_NOTE}.*")]
     blocks += [Heading("Latency and load over time"), *image("latency"), *image("timeline")]
     if drawn.skipped:
         blocks.append(Text("Not drawn: " + "; ".join(drawn.skipped) + "."))
@@ -86,16 +94,19 @@ def headline(c: Comparison) -> str:
         return "**No headline figure.**"
     words = HEADLINE_WORDS.get(f.change.verdict, f.change.verdict.capitalize())
     change = ""
-    if f.change.ratio is not None:
+    if f.change.ratio is not None and f.change.low is None:
+        change = f", change {f.change.ratio - 1:+.1%} (descriptive: one run a side, no interval)"
+    elif f.change.ratio is not None:
         change = (
             f", change {f.change.ratio - 1:+.1%} ({c.rule.level:.0%} CI "
             f"{f.change.low - 1:+.1%} .. {f.change.high - 1:+.1%})"
         )
-    weaker = " (a within-block estimate: weaker)" if f.change.method == WITHIN_BLOCK else ""
-    return (
-        f"**{words}** on {f.label}: A {number(f.a)} → B {number(f.b)} {f.unit}{change}, "
-        f"over {f.change.blocks} paired block(s){weaker}."
-    )
+    if c.unit == BETWEEN_RUNS:
+        over = f"over {f.change.blocks} recorded run(s), each run one replicate"
+    else:
+        weaker = ": weaker, blind to drift between blocks" if f.change.method == ONE_BLOCK else ""
+        over = f"over {f.change.blocks} block(s){weaker}"
+    return f"**{words}** on {f.label}: A {number(f.a)} → B {number(f.b)} {f.unit}{change}, {over}."
 
 
 def setup(evidence: Evidence) -> str:
@@ -124,12 +135,17 @@ def setup(evidence: Evidence) -> str:
 
 
 def schedule(manifest: dict, c: Comparison) -> str:
-    """`ABBA × 3` when the schedule repeats one block, else the letters."""
+    """`ABBA × 3` when the schedule repeats one block, `ABBA / BAAB × 4` when it alternates
+    two (analysis.stats.schedule), else the letters."""
     letters = list(manifest.get("schedule") or [s.letter for s in c.servers])
     blocks = len({s.block for s in c.servers}) or 1
-    block = letters[: len(letters) // blocks]
+    size = len(letters) // blocks
+    block = letters[:size]
     if block and block * blocks == letters:
         return f"{''.join(block)} × {blocks}"
+    pair = letters[: 2 * size]
+    if blocks > 1 and (pair * blocks)[: len(letters)] == letters:
+        return f"{''.join(pair[:size])} / {''.join(pair[size:])} × {blocks}"
     return " ".join(letters)
 
 
@@ -162,27 +178,36 @@ def calibration(evidence: Evidence) -> str:
 
 
 def power(evidence: Evidence) -> str:
-    """The latest `bench power` result for the scenario, for the headline figure. Its rates
-    are per figure (a map) as analysis/power.py writes them, or single values."""
+    """The `bench power` result on record for the scenario, quoted for the headline figure at
+    this run's block count, and only when it was measured on this run's setup (machine,
+    size, concurrency: its stamp)."""
     p = evidence.power
     name = (evidence.manifest.get("scenario") or {}).get("name", "?")
     if not p:
         return (
             f"No power result for {name}: `bench power {name}` measures what this setup can detect."
         )
+    when = f" ({str(p['created'])[:10]})" if p.get("created") else ""
+    problems = mismatch(p, evidence.manifest)
+    if problems:
+        return (
+            f"The power result on record for {name}{when} is not quoted: it was measured on"
+            f" another setup ({'; '.join(problems)}); run `bench power` with this run's setup."
+        )
     c = evidence.comparison
     label = next((f.label for f in c.figures if f.figure == c.headline), c.headline)
+    rates = rates_for(p, c.headline, c.blocks)
+    where = f"{name} at c={p.get('concurrency')}{when}"
+    if rates is None:
+        return f"Power ({where}): no rates for {label} at {c.blocks} block(s)."
 
-    def quoted(key: str) -> str:
-        value = p.get(key)
-        value = value.get(c.headline) if isinstance(value, dict) else value
-        return f"{value:.1%}" if isinstance(value, int | float) else "-"
+    def share(key: str) -> str:
+        value = rates.get(key)
+        return "-" if value is None else f"{value:.1%}"
 
-    where = f" at c={p['concurrency']}" if p.get("concurrency") else ""
-    when = f", {str(p['created'])[:10]}" if p.get("created") else ""
-    blocks = p.get("quoted_blocks", p.get("blocks", "?"))
     return (
-        f"Power ({name}{where}{when}): for {label} with {blocks} blocks, false-positive rate "
-        f"{quoted('false_positive_rate')}, smallest detectable slowdown "
-        f"{quoted('min_detectable_slowdown')}, server-to-server noise (CV) {quoted('noise')}."
+        f"Power ({where}): for {label} with {c.blocks} block(s), false-positive rate"
+        f" {share('false_positive_rate')}; a +{PLANTED:.0%} slowdown called slower in"
+        f" {share('detection')} of runs, its interval holding the truth in {share('coverage')};"
+        f" smallest slowdown called slower in {POWER:.0%}: {share('min_detectable_slowdown')}."
     )

@@ -9,6 +9,7 @@ import pandas as pd
 
 from harness.analysis.compare import Comparison
 from harness.analysis.doubts import client_limit_doubts
+from harness.analysis.power import mismatch
 
 
 @dataclass
@@ -35,4 +36,9 @@ def gather(
     """Evidence from a comparison, with the calibration and power results on record."""
     evidence = Evidence(manifest, frames, comparison, calibration, power)
     evidence.doubts = [*comparison.doubts, *client_limit_doubts(comparison, calibration)]
+    if power and (problems := mismatch(power, manifest)):
+        evidence.doubts.append(
+            "the power result on record was measured on another setup and is not quoted: "
+            + "; ".join(problems)
+        )
     return evidence

@@ -17,7 +17,7 @@ def _change_columns(f: FigureRow | PhaseRow) -> list[str]:
 
 
 def figure_table(c: Comparison, a: str, b: str) -> Table:
-    ci = f"change ({c.rule.level:.0%} CI)"
+    ci = "change (CI)"
     rows = []
     for f in c.figures:
         name = f.label if f.unit in f.label else f"{f.label} ({f.unit})"
@@ -47,7 +47,7 @@ def _phase_order(name: str) -> tuple[int, str]:
 
 
 def phase_table(c: Comparison, a: str, b: str) -> Table:
-    ci = f"change ({c.rule.level:.0%} CI)"
+    ci = f"change ({c.family_rule.level:.2%} CI)"
     rows = []
     for p in sorted(c.phases, key=lambda p: _phase_order(p.name)):
         if not p.name.startswith(phases.MESSAGE):
