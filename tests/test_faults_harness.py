@@ -323,13 +323,9 @@ def test_a_write_error_mid_run_keeps_everything_and_says_so_in_one_line(
         return write_table(table, where, *args, **kwargs)
 
     monkeypatch.setattr(pq, "write_table", full_disk)
-    monkeypatch.setenv("TMPDIR", str(tmp_path))
-    tempfile.tempdir = None  # read TMPDIR again
-    try:
-        args = ["run", "qwen35", *SMALL, "--arm", f"a={mock_url}", "--arm", f"b={mock_url}"]
-        result = CliRunner().invoke(app, [*args, "--out", str(out)])
-    finally:
-        tempfile.tempdir = None
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the run moves
+    args = ["run", "qwen35", *SMALL, "--arm", f"a={mock_url}", "--arm", f"b={mock_url}"]
+    result = CliRunner().invoke(app, [*args, "--out", str(out)])
     error = one_line_error(result)
     assert "No space left on device" in error and "everything measured so far" in error
     moved = Path(error.split("was written to ")[1].split()[0].rstrip(";"))
@@ -596,6 +592,28 @@ def test_bench_hung_up_stops_its_server_and_writes_the_slot(bench_run):
     assert manifest["complete"] is False
     assert frames["servers"]["error"].tolist() == ["interrupted"]
     assert (frames["requests"]["status"] == 200).sum() > 0
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_bench_serve_killed_with_sigkill_takes_its_server_along(short_tmp):
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness", "serve", "qwen35", "--size", "tiny", "--port", str(port)],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "TMPDIR": short_tmp},
+    )
+    try:
+        _wait_for(lambda: _answers(f"http://127.0.0.1:{port}/health"), 90, "the server")
+        assert _processes_mentioning(short_tmp)  # the worker, whose IPC directory is there
+        proc.kill()
+        proc.wait(5)
+        _assert_nothing_left(f"--port {port}", short_tmp, timeout=5)
+        assert not list(Path(short_tmp).glob("engine-ipc-*"))
+    finally:
+        proc.kill()
 
 
 # --- 8. the servers run the scenario the manifest records (INVARIANTS 28) ------------------

@@ -41,8 +41,8 @@ def check_fits(scenario: Scenario, max_model_len: int, where: str) -> None:
     if prompt + output > max_model_len:
         raise BenchError(
             f"the load does not fit {where}: prompts up to {prompt} + outputs up to {output}"
-            f" tokens > {max_model_len}; shorten load.prompt_tokens or load.output_tokens"
-            " (a scenario file) or raise engine.max_model_len"
+            f" tokens > {max_model_len}; shorten the scenario's load.prompt_tokens or"
+            " load.output_tokens, or raise engine.max_model_len"
         )
 
 
