@@ -24,6 +24,7 @@ from engine import ipc_dirs
 from engine.api.server import build_app, on_ready
 from engine.api.worker_client import WorkerClient
 from engine.config import Scenario
+from engine.tokenizer import Tokenizer, TokenizerError, check_vocabulary, load_tokenizer
 
 log = logging.getLogger("engine.serve")
 
@@ -70,7 +71,9 @@ HANDLERS_GRACE_S = 0.25  # open handlers finish writing their last event (aiohtt
 WORKER_EXIT_S = 1.0  # the worker exits after Shutdown, else it is killed
 
 
-async def _serve(scenario: Scenario, sock: socket.socket, ipc_path: str, server_id: str) -> int:
+async def _serve(
+    scenario: Scenario, tokenizer: Tokenizer, sock: socket.socket, ipc_path: str, server_id: str
+) -> int:
     host, port = sock.getsockname()[:2]
     client = WorkerClient(ipc_path)
     client.start()
@@ -94,15 +97,22 @@ async def _serve(scenario: Scenario, sock: socket.socket, ipc_path: str, server_
         await asyncio.wait([client.ready, *ends], return_when=asyncio.FIRST_COMPLETED)
         if not any(end.done() for end in ends):
             ready = client.ready.result()
-            on_ready(app, ready.vocab_size, ready.max_model_len)
+            try:
+                check_vocabulary(tokenizer, ready.vocab_size)
+            except TokenizerError as exc:
+                log.error("%s", exc)
+                return 2
+            on_ready(app, ready.vocab_size, ready.max_model_len, tokenizer)
             log.info(
-                "listening on http://%s:%d  scenario=%s size=%s device=%s parameters=%s",
+                "listening on http://%s:%d  scenario=%s size=%s device=%s parameters=%s "
+                "tokenizer=%s",
                 host,
                 port,
                 scenario.name,
                 ready.size,
                 ready.device,
                 f"{ready.parameters:,}",
+                tokenizer.name,
             )
             await asyncio.wait(ends, return_when=asyncio.FIRST_COMPLETED)
         if stopped.done():
@@ -132,6 +142,10 @@ async def _wait_worker(proc: subprocess.Popen, exited: asyncio.Future) -> None:
 
 
 def serve(scenario: Scenario, host: str, port: int, server_id: str | None = None) -> int:
+    try:
+        tokenizer = load_tokenizer(scenario.model.tokenizer, scenario.model.path)
+    except TokenizerError as exc:
+        raise ServeError(str(exc)) from None
     sock = _bind(host, port)
     reclaimed = ipc_dirs.reclaim_stale()
     if reclaimed:
@@ -146,7 +160,7 @@ def serve(scenario: Scenario, host: str, port: int, server_id: str | None = None
         scenario.engine.device,
     )
     try:
-        return asyncio.run(_serve(scenario, sock, ipc_path, server_id))
+        return asyncio.run(_serve(scenario, tokenizer, sock, ipc_path, server_id))
     finally:
         sock.close()
         ipc_dirs.remove(ipc_path)

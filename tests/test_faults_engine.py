@@ -44,6 +44,7 @@ from engine.messages import (
     decode_to_worker,
     encode,
 )
+from engine.tokenizer import ByteTokenizer
 from harness.measure.server import ServerProcess, free_port
 from tests.conftest import Api
 
@@ -149,7 +150,7 @@ class InProcessServer:
 
     async def _ready(self) -> None:
         ready = await asyncio.wait_for(self.client.ready, 10)
-        on_ready(self.runner.app, ready.vocab_size, ready.max_model_len)
+        on_ready(self.runner.app, ready.vocab_size, ready.max_model_len, ByteTokenizer())
 
     def __exit__(self, *exc) -> None:
         self.run(self.runner.cleanup())
