@@ -157,16 +157,18 @@ def test_a_power_result_is_quoted_only_for_the_setup_it_was_measured_on():
 
 @pytest.mark.slow
 def test_tiny_power_run_end_to_end(tmp_path):
-    """One A/A block and one planted block (0.2 of an iteration), a few requests per server:
-    the planted postprocess delay is found and the report is written. About a minute on an
-    idle 2-core machine; much longer while other engines share the cores."""
-    load = {"concurrency": 2, "blocks": 1, "requests": 6, "warmup": 1}
-    plan = PowerPlan(load_scenario("qwen35", "tiny"), **load, levels=(0.2,), draws=200)
+    """Two A/A blocks and two planted blocks (half an iteration), a few requests per server:
+    the planted postprocess delay is found and the report is written. (One block's interval
+    has 2 degrees of freedom, and on cores shared with other engines two A servers'
+    postprocess work differed 3.5-fold: one block could not decide.) About a minute on an
+    idle 2-core machine; longer while other engines share the cores."""
+    load = {"concurrency": 2, "blocks": 2, "requests": 6, "warmup": 1}
+    plan = PowerPlan(load_scenario("qwen35", "tiny"), **load, levels=(0.5,), draws=200)
     report = measure(plan, tmp_path / "run", lambda status: None)
     data = json.loads(write_power(report.to_json(), tmp_path).read_text())
     keys = "scenario size machine blocks false_positive_rate created min_detectable_slowdown"
     assert {*keys.split(), "noise", "levels"} <= set(data)
-    assert data["size"] == "tiny" and data["blocks"] == 1
+    assert data["size"] == "tiny" and data["blocks"] == 2
     assert data["stamp"] == report.stamp() and data["stamp"]["concurrency"] == 2
     assert report.iteration_ms and report.iteration_ms > 0
     (level,) = report.levels
