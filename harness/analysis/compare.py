@@ -28,6 +28,9 @@ from harness.analysis.stats import (
 )
 
 HEADLINE = "output_tok_per_s"
+# The statistics a Comparison was made with: 2 since issue 11 (the block + arm model, the
+# equivalence margin, the headline alone deciding). A summary.json without the field is 1.
+STATISTICS = 2
 
 
 @dataclass
@@ -87,6 +90,7 @@ class Comparison:
     schema_version: int = SCHEMA_VERSION
     family: int = 0  # the other figures and phases, judged together (Bonferroni)
     unit: str = IN_BLOCKS  # IN_BLOCKS or BETWEEN_RUNS
+    statistics: int = 1  # STATISTICS for every comparison compare() makes
 
     @property
     def family_rule(self) -> Rule:
@@ -159,6 +163,7 @@ def compare(
         messages=_message_rows(spans),
         family=family,
         unit=unit,
+        statistics=STATISTICS,
     )
     result.doubts = comparison_doubts(result, per_server, servers, spans, external)
     return result
