@@ -100,3 +100,29 @@ def test_to_measure_takes_new_commits_or_the_range_since():
     commits = ["a", "b", "c", "d"]
     assert to_measure(commits, {"a", "b"}, None) == ["c", "d"]
     assert to_measure(commits, {"a", "b", "c", "d"}, ["d", "c"]) == ["c", "d"]
+
+
+def test_the_session_runs_under_this_checkouts_harness(monkeypatch, tmp_path):
+    """Defect 9: the commit's tree came first on asv's path, so each commit's own harness
+    measured it. The session runs in a process whose path is this checkout's; only the tree
+    it starts servers from is the commit's."""
+    import subprocess
+
+    from benchmarks import REPO, bench_session
+
+    seen = {}
+
+    def fake_run(cmd, cwd, env, **kwargs):
+        seen.update(cmd=cmd, cwd=cwd, env=env)
+        (tmp_path / "samples.json").write_text(json.dumps({"ms_per_1k_tokens": [1.0]}))
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setenv("BENCH_TREE", "/somewhere/commit-tree")
+    monkeypatch.setattr(bench_session.subprocess, "run", fake_run)
+    monkeypatch.setattr(bench_session, "TREE", Path("/somewhere/commit-tree"))
+    assert bench_session.run_session(tmp_path) == {"ms_per_1k_tokens": [1.0]}
+    assert seen["cmd"][1:3] == ["-m", "harness.measure.session"]
+    assert seen["cmd"][seen["cmd"].index("--tree") + 1] == "/somewhere/commit-tree"
+    assert seen["cwd"] == REPO and seen["env"]["PYTHONPATH"] == str(REPO)
+    assert "BENCH_TREE" not in seen["env"]
+    assert bench_session.tracked([3.0, None, 1.0]) == {"samples": [3.0, 1.0], "number": 1}

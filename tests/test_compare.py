@@ -218,3 +218,21 @@ def test_an_untimed_arm_is_expected_to_have_no_spans():
     result = summarize(manifest, frames)
     assert any("no spans from arm B (none expected" in d for d in result.doubts)
     assert result.rule.margin == 0.02
+
+
+def test_blocks_needed_are_the_headlines_not_the_noisiest_spans():
+    """Defect 6: "rerun with about 105 blocks" came from the noisiest span of the table. The
+    doubt names the headline (and postprocess work) and their own estimate only."""
+    requests, spans, servers, _ = run(blocks=3, ratio=1.0, noise=0.08, seed=5)
+    rng = np.random.default_rng(0)
+    noisy = spans["name"] == "worker.msg.add_request"
+    spans.loc[noisy, "sum"] = spans.loc[noisy, "sum"] * np.exp(rng.normal(0, 1.0, noisy.sum()))
+    result = compare(requests, spans, servers, LABELS)
+    headline = row(result, "output_tok_per_s").change
+    work = phase(result, phases.POSTPROCESS_WORK).change
+    (doubt,) = [d for d in result.doubts if "too noisy" in d]
+    assert doubt.startswith("too noisy to decide: output tok/s (steady), postprocess work;")
+    needed = max(headline.blocks_needed, work.blocks_needed)
+    assert f"about {needed} blocks in all" in doubt
+    assert phase(result, "worker.msg.add_request").change.verdict == "not enough data"
+    assert phase(result, "worker.msg.add_request").change.blocks_needed is None

@@ -190,3 +190,18 @@ def test_a_run_never_summarised_is_summarised_once_by_its_report(tmp_path):
     summary.unlink()
     report_run(tmp_path / "run", results=tmp_path)
     assert summary.read_text() == expected
+
+
+def test_a_summary_made_with_older_statistics_is_summarised_again_in_memory(tmp_path):
+    write_run(tmp_path / "run", RATES[:4])
+    summary = tmp_path / "run" / "summary.json"
+    data = json.loads(summary.read_text())
+    data["rule"] = {"level": 0.95, "min_effect": 0.01, "resolution": 0.05}
+    for key in ("family", "unit", "statistics"):
+        data.pop(key)
+    data["figures"][0]["change"]["verdict"] = "no change"  # what the old rule said
+    summary.write_text(json.dumps(data))
+    before = summary.read_bytes()
+    md = report_run(tmp_path / "run", results=tmp_path).read_text()
+    assert "**B is slower**" in md and "summarised the tables again" in md
+    assert summary.read_bytes() == before

@@ -28,6 +28,9 @@ from harness.analysis.stats import (
 )
 
 HEADLINE = "output_tok_per_s"
+# The statistics a Comparison was made with: 2 since issue 11 (the block + arm model, the
+# equivalence margin, the headline alone deciding). A summary.json without the field is 1.
+STATISTICS = 2
 
 
 @dataclass
@@ -77,7 +80,7 @@ class Comparison:
     labels: dict[str, str]  # letter -> the manifest's label of the arm
     headline: str
     blocks: int
-    rule: Rule  # the headline's; every other figure and phase is judged at rule.family(family)
+    rule: Rule  # the headline's and postprocess work's; the rest: rule.family(family)
     figures: list[FigureRow]
     servers: list[ServerRow]
     phases: list[PhaseRow]
@@ -85,8 +88,9 @@ class Comparison:
     messages: list[MessageRow]
     doubts: list[str] = field(default_factory=list)
     schema_version: int = SCHEMA_VERSION
-    family: int = 0  # figures and phases judged together besides the headline (Bonferroni)
+    family: int = 0  # the other figures and phases, judged together (Bonferroni)
     unit: str = IN_BLOCKS  # IN_BLOCKS or BETWEEN_RUNS
+    statistics: int = 1  # STATISTICS for every comparison compare() makes
 
     @property
     def family_rule(self) -> Rule:
@@ -125,20 +129,23 @@ def compare(
     letters whose arm is an external URL (no spans expected). With `unit=BETWEEN_RUNS` the
     rows' `block` names a recorded run, and each run is one replicate (stats.run_change).
 
-    The headline is judged at `rule`; it alone decides `regression`. Every other figure and
-    phase is judged at `rule.family(m)`, m being their number, so that an A/A run shows a
-    verdict on any of them at most 1 - level of the time (docs/STATISTICS.md)."""
+    The headline is judged at `rule`; it alone decides `regression`. The postprocess's own
+    work, the worker's designated diagnostic, is judged at `rule` too, on its own. Every other
+    figure and phase is judged at `rule.family(m)`, m being their number, so that an A/A run
+    shows a verdict on any of them at most 1 - level of the time (docs/STATISTICS.md)."""
     if spans is None or spans.empty:
         spans = empty("spans")
     per_server = metrics.server_summary(requests, servers, tokens_per_audio_s)
     per_arm = metrics.arm_summary(requests, servers, tokens_per_audio_s).set_index("letter")
     phase_values = phases.phase_table(spans, phases.BY_SERVER, waits)
     listed = metrics.figures(tokens_per_audio_s)
-    family = len(listed) - 1 + phase_values["name"].nunique()
+    designated = {headline, phases.POSTPROCESS_WORK}
+    family = len({f.name for f in listed} - designated)
+    family += len(set(phase_values["name"]) - designated)
     judge = _judge(unit)
 
     def rule_for(name: str) -> Rule:
-        return rule if name == headline else rule.family(family)
+        return rule if name in designated else rule.family(family)
 
     figures = [
         _figure_row(fig, per_server, per_arm, judge, rule_for(fig.name), fig.name == headline)
@@ -156,6 +163,7 @@ def compare(
         messages=_message_rows(spans),
         family=family,
         unit=unit,
+        statistics=STATISTICS,
     )
     result.doubts = comparison_doubts(result, per_server, servers, spans, external)
     return result

@@ -27,12 +27,9 @@ from harness.analysis.compare import Comparison
 from harness.analysis.power_stats import (
     MIN_POOL,
     PLANTED,
-    coverage,
+    Experiments,
     cv,
-    detection_rate,
     experiments,
-    false_positive_rate,
-    min_detectable_slowdown,
     run_residuals,
 )
 from harness.analysis.stats import (
@@ -263,11 +260,11 @@ def _rates(pool: np.ndarray, counts: list[int], higher: bool, draws: int, rng) -
             for table in out:
                 table[n] = None
             continue
-        noise = experiments(pool, design, draws, rng)
-        out[0][n] = false_positive_rate(noise, design, higher)
-        out[1][n] = min_detectable_slowdown(noise, design, higher)
-        out[2][n] = detection_rate(noise, design, PLANTED, higher)
-        out[3][n] = coverage(noise, design, PLANTED, higher)
+        runs = Experiments(experiments(pool, design, draws, rng), design, higher)
+        out[0][n] = runs.false_positive_rate()
+        out[1][n] = runs.min_detectable_slowdown()
+        out[2][n] = runs.detection_rate(PLANTED)
+        out[3][n] = runs.coverage(PLANTED)
     return out
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -53,77 +54,50 @@ def experiments(
     return rng.choice(pool, size=shape, replace=True) * rng.choice([-1.0, 1.0], size=shape)
 
 
-def _shifted(noise: np.ndarray, design: Design, slowdown: float, higher_is_better: bool):
-    """The noise with arm B slowed by `slowdown` (+x time per unit of work: tok/s / (1 + x),
-    ms * (1 + x)); and that true change, log(B/A)."""
-    truth = math.log1p(slowdown) * (-1.0 if higher_is_better else 1.0)
-    return noise + truth * design.is_b, truth
+@dataclass(frozen=True)
+class Experiments:
+    """Synthetic runs laid out as `design`, their server noise `noise` ([draws, servers]),
+    judged by the harness's interval and verdict for a figure of this direction."""
 
+    noise: np.ndarray
+    design: Design
+    higher_is_better: bool
+    rule: Rule = Rule()
 
-def verdicts(
-    noise: np.ndarray,
-    design: Design,
-    slowdown: float,
-    higher_is_better: bool,
-    rule: Rule = Rule(),
-) -> np.ndarray:
-    """The verdict of each synthetic run (row of `noise`) with B slowed by `slowdown`."""
-    logs, _ = _shifted(noise, design, slowdown, higher_is_better)
-    return judge(logs, design, higher_is_better, rule)[3]
+    def judged(self, slowdown: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+        """With B slowed by `slowdown` (+x time per unit of work: tok/s / (1 + x),
+        ms * (1 + x)): each run's verdict and interval (log units), and the true change."""
+        truth = math.log1p(slowdown) * (-1.0 if self.higher_is_better else 1.0)
+        logs = self.noise + truth * self.design.is_b
+        _, low, high, found = judge(logs, self.design, self.higher_is_better, self.rule)
+        return found, low, high, truth
 
+    def verdicts(self, slowdown: float) -> np.ndarray:
+        return self.judged(slowdown)[0]
 
-def false_positive_rate(
-    noise: np.ndarray, design: Design, higher_is_better: bool, rule: Rule = Rule()
-) -> float:
-    """Share of no-change experiments called "faster" or "slower"."""
-    found = verdicts(noise, design, 0.0, higher_is_better, rule)
-    return float(np.isin(found, [FASTER, SLOWER]).mean())
+    def false_positive_rate(self) -> float:
+        """Share of no-change runs called "faster" or "slower"."""
+        return float(np.isin(self.verdicts(0.0), [FASTER, SLOWER]).mean())
 
+    def detection_rate(self, slowdown: float) -> float:
+        """Share of runs with B slowed by `slowdown` called "slower"."""
+        return float((self.verdicts(slowdown) == SLOWER).mean())
 
-def detection_rate(
-    noise: np.ndarray,
-    design: Design,
-    slowdown: float,
-    higher_is_better: bool,
-    rule: Rule = Rule(),
-) -> float:
-    """Share of experiments with B slowed by `slowdown` called "slower"."""
-    return float((verdicts(noise, design, slowdown, higher_is_better, rule) == SLOWER).mean())
+    def coverage(self, slowdown: float) -> float:
+        """Share of runs with B slowed by `slowdown` whose interval holds the truth."""
+        _, low, high, truth = self.judged(slowdown)
+        return float(((low <= truth) & (truth <= high)).mean())
 
-
-def coverage(
-    noise: np.ndarray,
-    design: Design,
-    slowdown: float,
-    higher_is_better: bool,
-    rule: Rule = Rule(),
-) -> float:
-    """Share of experiments with B slowed by `slowdown` whose interval holds the truth."""
-    logs, truth = _shifted(noise, design, slowdown, higher_is_better)
-    _, low, high, _ = judge(logs, design, higher_is_better, rule)
-    return float(((low <= truth) & (truth <= high)).mean())
-
-
-def min_detectable_slowdown(
-    noise: np.ndarray,
-    design: Design,
-    higher_is_better: bool,
-    rule: Rule = Rule(),
-    power: float = POWER,
-) -> float | None:
-    """The smallest slowdown called "slower" in `power` of the experiments (bisection on a log
-    scale; the same draws at every step, so the rate only grows with the slowdown); None when
-    even +LARGEST is not."""
-
-    def rate(slowdown: float) -> float:
-        return detection_rate(noise, design, slowdown, higher_is_better, rule)
-
-    if rate(LARGEST) < power:
-        return None
-    low, high = 1e-4, LARGEST
-    if rate(low) >= power:
-        return low
-    for _ in range(30):
-        mid = math.sqrt(low * high)
-        low, high = (low, mid) if rate(mid) >= power else (mid, high)
-    return high
+    def min_detectable_slowdown(self, power: float = POWER) -> float | None:
+        """The smallest slowdown called "slower" in `power` of the runs (bisection on a log
+        scale; the same draws at every step, so the rate only grows with the slowdown); None
+        when even +LARGEST is not."""
+        if self.detection_rate(LARGEST) < power:
+            return None
+        low, high = 1e-4, LARGEST
+        if self.detection_rate(low) >= power:
+            return low
+        for _ in range(30):
+            mid = math.sqrt(low * high)
+            low, high = (low, mid) if self.detection_rate(mid) >= power else (mid, high)
+        return high

@@ -6,11 +6,18 @@ from pathlib import Path
 
 import typer
 
+from harness.analysis.compare import STATISTICS
+from harness.analysis.summary import summarize
 from harness.errors import BenchError
 from harness.results import RESULTS, load_run, load_summary, report_context, summarise
 from harness.show.console import fail, notes
 from harness.show.report.evidence import gather
 from harness.show.report.write import write_report
+
+OLDER_STATISTICS = (
+    "summary.json was made with older statistics (before the block + arm model and the"
+    " equivalence margin); this report summarised the tables again and left it as it was"
+)
 
 
 def main(
@@ -27,10 +34,15 @@ def main(
 
 def report_run(run_dir: Path, html: bool = False, results: Path = RESULTS) -> Path:
     """The report of a run directory, written into it: its tables and its summary.json (a run
-    never summarised, e.g. one whose server failed to start, is summarised now, once)."""
+    never summarised, e.g. one whose server failed to start, is summarised now, once). A
+    summary.json made with older statistics is laid out summarised again, in memory: it is
+    left as it was, and the report says so."""
     manifest, frames = load_run(run_dir)
     if frames["servers"].empty:
         raise BenchError(f"{run_dir} has no servers yet: nothing to report")
     comparison = load_summary(run_dir) or summarise(run_dir)
+    if comparison.statistics < STATISTICS:
+        comparison = summarize(manifest, frames)
+        comparison.doubts.append(OLDER_STATISTICS)
     calibration, power = report_context(results, manifest.get("scenario", {}).get("name", ""))
     return write_report(gather(manifest, frames, comparison, calibration, power), run_dir, html)

@@ -16,6 +16,7 @@ from harness.show.format import (
     change_text,
     joined,
     number,
+    phase_caption,
     verdict_text,
 )
 
@@ -44,8 +45,8 @@ def render(result: Comparison) -> Group:
     if result.phases:
         waits = ", ".join(result.postprocess_waits)
         title = f"ms per worker iteration ({POSTPROCESS_WORK}: postprocess_batch less {waits})"
-        family = f"change ({result.family_rule.level:.2%} CI)"
-        phases = table(title, "phase", a, b, family, "verdict")
+        phases = table(title, "phase", a, b, ci, "verdict")
+        phases.caption = phase_caption(result)
         for p in result.phases:
             phases.add_row(
                 p.name,

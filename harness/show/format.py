@@ -7,7 +7,7 @@ import math
 
 from engine.spans import NOT_MESSAGES
 from harness.analysis.compare import Comparison
-from harness.analysis.phases import ALL_MESSAGES
+from harness.analysis.phases import ALL_MESSAGES, POSTPROCESS_WORK
 from harness.analysis.stats import BETWEEN_RUNS, ONE_BLOCK, Change
 
 MESSAGE_NOTE = (
@@ -55,11 +55,21 @@ def caption(c: Comparison) -> str:
         units = f"{c.blocks} block(s) of fresh servers, every server a replicate"
     return (
         f"B against A over {units}. {headline} ({c.rule.level:.0%} CI) alone decides the exit"
-        f" code; the other {c.family} figures and phases are held together at"
+        f" code; {POSTPROCESS_WORK} ({c.rule.level:.0%} CI) is judged on its own, as the"
+        f" worker's diagnostic; the other {c.family} figures and phases are held together at"
         f" {c.rule.level:.0%} (Bonferroni: each interval at {c.family_rule.level:.2%}), so an"
         f" A/A run shows a verdict on any of them at most {1 - c.rule.level:.0%} of the time."
         f" 'no change': the whole interval within +-{c.rule.margin:.0%}. Latency percentiles"
         " cover each server's steady window."
+    )
+
+
+def phase_caption(c: Comparison) -> str:
+    """The levels of the phase table's intervals."""
+    return (
+        f"{POSTPROCESS_WORK}: {c.rule.level:.0%} interval; every other phase:"
+        f" {c.family_rule.level:.2%} (Bonferroni over the {c.family} figures and phases besides"
+        f" the headline and {POSTPROCESS_WORK})"
     )
 
 

@@ -20,7 +20,7 @@ from harness.analysis.power import mismatch, rates_for
 from harness.analysis.power_stats import PLANTED, POWER
 from harness.analysis.schema import LETTERS
 from harness.analysis.stats import BETWEEN_RUNS, FASTER, NO_CHANGE, NO_VERDICT, ONE_BLOCK, SLOWER
-from harness.show.format import MESSAGE_NOTE, caption, number
+from harness.show.format import MESSAGE_NOTE, caption, number, phase_caption
 from harness.show.report.blocks import Block, Bullets, Heading, Image, Text
 from harness.show.report.evidence import Evidence
 from harness.show.report.tables import (
@@ -73,6 +73,7 @@ def document(evidence: Evidence, drawn: Drawn, relative_to: Path) -> list[Block]
                 f"`{phases.POSTPROCESS}` less {waits}."
             ),
             phase_table(c, a, b),
+            Text(f"*{phase_caption(c)}.*"),
             *image("phases"),
         ]
     if c.messages:

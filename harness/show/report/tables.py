@@ -47,7 +47,7 @@ def _phase_order(name: str) -> tuple[int, str]:
 
 
 def phase_table(c: Comparison, a: str, b: str) -> Table:
-    ci = f"change ({c.family_rule.level:.2%} CI)"
+    ci = "change (CI)"
     rows = []
     for p in sorted(c.phases, key=lambda p: _phase_order(p.name)):
         if not p.name.startswith(phases.MESSAGE):
