@@ -45,7 +45,7 @@ from engine.messages import (
     encode,
 )
 from engine.tokenizer import ByteTokenizer
-from harness.measure.server import ServerProcess, free_port
+from harness.measure.server import ServerProcess, free_port, group_members
 from tests.conftest import Api
 
 VOCAB, MAX_LEN = 4096, 512
@@ -439,21 +439,8 @@ def _worker_pid(server: ServerProcess) -> int:
     return pids[0]
 
 
-def _group_members(pgid: int) -> list[int]:
-    """The live processes of a process group (zombies, already dead, do not count)."""
-    members = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            state, _ppid, pgrp = stat.read_text().rsplit(")", 1)[1].split()[:3]
-        except (OSError, ValueError):
-            continue
-        if int(pgrp) == pgid and state != "Z":
-            members.append(int(stat.parent.name))
-    return members
-
-
 def _assert_group_gone(pgid: int, timeout: float = 5) -> None:
-    _wait_for(lambda: not _group_members(pgid), timeout, f"process group {pgid} to end")
+    _wait_for(lambda: not group_members(pgid), timeout, f"process group {pgid} to end")
 
 
 def _exit_code_within(server: ServerProcess, seconds: float) -> int:

@@ -128,13 +128,12 @@ def run_schedule(
 ) -> tuple[bool, Comparison]:
     """Run every slot, say in the manifest whether the schedule finished, and summarise the
     run (summary.json). A BenchError (a server that cannot start, a write that fails) leaves it
-    unsummarised. A run most of whose measured requests failed is no result: it is summarised
-    (its report shows the failures), then raised as a BenchError. An interrupted run is not
-    judged so: the requests the interruption cut are not the engine's failures."""
+    unsummarised. A finished run most of whose measured requests failed is no result: it is
+    summarised (its report shows the failures), then raised as a BenchError."""
     complete, tally = execute(plan, rundir, show)
     rundir.update_manifest(complete=complete)
     comparison = rundir.summarise()
-    if complete and tally.mostly_failed:
+    if complete and tally.mostly_failed:  # not the requests an interruption cut
         error = (
             f"{tally.failed} of {tally.requests} measured requests failed"
             f" (the first: {tally.first_error}); no result"

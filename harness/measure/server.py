@@ -91,6 +91,23 @@ def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
     return False
 
 
+ORPHAN_GRACE_S = 3.0  # an orphaned worker removes its IPC directory and exits well within it
+
+
+def group_members(pgid: int) -> list[int]:
+    """The live processes of a process group (zombies, already dead, do not count); none
+    where there is no /proc to read."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            state, _ppid, group = stat.read_text().rsplit(")", 1)[1].split()[:3]
+        except (OSError, ValueError):
+            continue
+        if int(group) == pgid and state != "Z":
+            members.append(int(stat.parent.name))
+    return members
+
+
 class ServerProcess:
     def __init__(
         self,
@@ -184,8 +201,10 @@ class ServerProcess:
         except subprocess.TimeoutExpired:
             return None
 
-    def stop(self, grace: float = 10.0) -> int | None:
-        """SIGTERM the process group, SIGKILL it after `grace` seconds; the exit code."""
+    def stop(self, grace: float = 10.0, orphan_grace: float = ORPHAN_GRACE_S) -> int | None:
+        """SIGTERM the process group, SIGKILL it after `grace` seconds; the exit code. What the
+        server left behind (a worker whose server died: it cleans up on SIGHUP) gets
+        `orphan_grace` seconds to exit before it is killed."""
         if self.proc is None:
             return None
         if self.proc.poll() is None:
@@ -196,7 +215,10 @@ class ServerProcess:
             except subprocess.TimeoutExpired:
                 _signal_group(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
-        _signal_group(self.proc.pid, signal.SIGKILL)  # anything the server left behind
+        deadline = time.monotonic() + orphan_grace
+        while group_members(self.proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        _signal_group(self.proc.pid, signal.SIGKILL)
         if self._log not in (None, subprocess.DEVNULL):
             self._log.close()
         return self.proc.returncode
