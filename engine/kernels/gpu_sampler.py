@@ -18,9 +18,9 @@ import torch
 
 from engine.layers.sampler import (
     SamplingParams,
-    effective_temperature,
     effective_top_p,
     row_seed,
+    row_temperatures,
     scale_logits,
 )
 
@@ -48,8 +48,7 @@ def sample_on_gpu(
     tokens = logits.argmax(-1)
     if all(p.greedy and not p.logprobs for p in params):
         return tokens, None  # the common case: no temperature tensor, no extra kernels
-    temps = [effective_temperature(p.temperature) or 1.0 for p in params]
-    scaled = scale_logits(logits, torch.tensor(temps, device=logits.device))
+    scaled = scale_logits(logits, row_temperatures(params, logits.device))
     if not all(p.greedy for p in params):
         shared = [i for i, p in enumerate(params) if not p.greedy and p.seed is None]
         if shared:

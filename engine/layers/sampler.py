@@ -87,7 +87,7 @@ def row_generator(seed: int, output_index: int, device: torch.device) -> torch.G
     return torch.Generator(device=device).manual_seed(row_seed(seed, output_index))
 
 
-def _temperatures(params: list[SamplingParams], device: torch.device) -> torch.Tensor:
+def row_temperatures(params: list[SamplingParams], device: torch.device) -> torch.Tensor:
     """Per row: the effective temperature, 1 for greedy rows (their log-prob's scale)."""
     temps = [effective_temperature(p.temperature) or 1.0 for p in params]
     return torch.tensor(temps, dtype=torch.float32, device=device)
@@ -95,7 +95,7 @@ def _temperatures(params: list[SamplingParams], device: torch.device) -> torch.T
 
 def _draw(logits: torch.Tensor, params: list[SamplingParams], generator=None) -> torch.Tensor:
     """Sample one token per row of logits [n, V] after temperature, top-k and top-p."""
-    scaled = scale_logits(logits, _temperatures(params, logits.device))
+    scaled = scale_logits(logits, row_temperatures(params, logits.device))
     if all(p.top_k == 0 and p.top_p == 1.0 for p in params):
         return torch.multinomial(scaled.softmax(-1), 1, generator=generator)[:, 0]
     vocab = logits.shape[-1]
@@ -120,7 +120,7 @@ def sample(
     tokens = torch.empty(logits.shape[0], dtype=torch.int64, device=device)
     greedy = [i for i, p in enumerate(params) if p.greedy]
     shared = [i for i, p in enumerate(params) if not p.greedy and p.seed is None]
-    scaled = scale_logits(logits, _temperatures(params, device))
+    scaled = scale_logits(logits, row_temperatures(params, device))
     if greedy:
         rows = torch.tensor(greedy, device=device)
         tokens[rows] = scaled[rows].argmax(-1)
