@@ -61,6 +61,9 @@ class ModelSpec:
     preset: str = "tiny"
     seed: int = 0
     path: str | None = None  # a Hugging Face-format directory instead of random weights
+    # a tokenizer.json (or a directory holding one) for text prompts; default: the
+    # checkpoint's own, else the built-in byte-level tokenizer (engine/tokenizer.py)
+    tokenizer: str | None = None
     eos_token_ids: list[int] | None = None  # replaces the model's own EOS ids
 
 

@@ -23,6 +23,7 @@ from aiohttp import web
 from engine.api.server import build_app, on_ready
 from engine.api.worker_client import WorkerClient
 from engine.config import Scenario
+from engine.tokenizer import Tokenizer, TokenizerError, check_vocabulary, load_tokenizer
 
 log = logging.getLogger("engine.serve")
 
@@ -64,7 +65,9 @@ def _worker_command(scenario: Scenario, ipc_dir: str, server_id: str) -> list[st
     ]
 
 
-async def _serve(scenario: Scenario, sock: socket.socket, ipc_dir: str, server_id: str) -> int:
+async def _serve(
+    scenario: Scenario, tokenizer: Tokenizer, sock: socket.socket, ipc_dir: str, server_id: str
+) -> int:
     host, port = sock.getsockname()[:2]
     client = WorkerClient(ipc_dir)
     client.start()
@@ -85,15 +88,22 @@ async def _serve(scenario: Scenario, sock: socket.socket, ipc_dir: str, server_i
         await asyncio.wait([client.ready, stopped, exited], return_when=asyncio.FIRST_COMPLETED)
         if client.ready.done():
             ready = client.ready.result()
-            on_ready(app, ready.vocab_size, ready.max_model_len)
+            try:
+                check_vocabulary(tokenizer, ready.vocab_size)
+            except TokenizerError as exc:
+                log.error("%s", exc)
+                return 2
+            on_ready(app, ready.vocab_size, ready.max_model_len, tokenizer)
             log.info(
-                "listening on http://%s:%d  scenario=%s size=%s device=%s parameters=%s",
+                "listening on http://%s:%d  scenario=%s size=%s device=%s parameters=%s "
+                "tokenizer=%s",
                 host,
                 port,
                 scenario.name,
                 ready.size,
                 ready.device,
                 f"{ready.parameters:,}",
+                tokenizer.name,
             )
             await asyncio.wait([stopped, exited], return_when=asyncio.FIRST_COMPLETED)
         if worker.poll() is not None:
@@ -119,6 +129,10 @@ def _stop_worker(proc: subprocess.Popen) -> None:
 
 
 def serve(scenario: Scenario, host: str, port: int, server_id: str | None = None) -> int:
+    try:
+        tokenizer = load_tokenizer(scenario.model.tokenizer, scenario.model.path)
+    except TokenizerError as exc:
+        raise ServeError(str(exc)) from None
     sock = _bind(host, port)
     ipc_dir = tempfile.mkdtemp(prefix="engine-ipc-")
     server_id = server_id or str(sock.getsockname()[1])
@@ -130,7 +144,7 @@ def serve(scenario: Scenario, host: str, port: int, server_id: str | None = None
         scenario.engine.device,
     )
     try:
-        return asyncio.run(_serve(scenario, sock, ipc_dir, server_id))
+        return asyncio.run(_serve(scenario, tokenizer, sock, ipc_dir, server_id))
     finally:
         sock.close()
         shutil.rmtree(ipc_dir, ignore_errors=True)

@@ -1,33 +1,39 @@
-"""The OpenAI-compatible HTTP API: /v1/completions (SSE streaming), /health, /v1/models.
+"""The OpenAI-compatible HTTP API: /v1/completions and /v1/chat/completions (SSE streaming
+or one body), /health, /v1/models.
 
-Every request is validated before it reaches the worker (validate.py). A client that goes
-away mid-stream aborts its request, so the worker frees its pages and slot.
+Every request is validated and its text tokenized before it reaches the worker
+(validate.py); a reply's tokens are decoded to text as they stream (engine/tokenizer.py) and
+shaped as the endpoint's replies are (replies.py). A client that goes away mid-stream aborts
+its request, so the worker frees its pages and slot.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import time
+from collections.abc import Callable
 
 import msgspec
 import msgspec.structs
 from aiohttp import web
 
-from engine.api.validate import ApiError, CompletionParams, Limits, validate_completion
+from engine.api.replies import Reply, usage
+from engine.api.validate import (
+    ApiError,
+    CompletionParams,
+    Limits,
+    validate_chat,
+    validate_completion,
+)
 from engine.api.worker_client import WorkerClient
-from engine.messages import AddRequest, TokenFrame
+from engine.messages import AddRequest
+from engine.tokenizer import Tokenizer
 
 log = logging.getLogger("engine.api")
 _json = msgspec.json.Encoder()
 
 CLIENT = web.AppKey("client", WorkerClient)
 STATE = web.AppKey("state", dict)
-
-
-def token_text(token: int) -> str:
-    """No tokenizer ships with the random-weight models: a token renders as `<id>`."""
-    return f"<{token}>"
 
 
 def _error(err: ApiError) -> web.Response:
@@ -74,22 +80,34 @@ async def engine_stats(request: web.Request) -> web.Response:
 
 
 async def completions(request: web.Request) -> web.StreamResponse:
+    return await _reply(request, validate_completion, chat=False)
+
+
+async def chat_completions(request: web.Request) -> web.StreamResponse:
+    return await _reply(request, validate_chat, chat=True)
+
+
+async def _reply(
+    request: web.Request, validate: Callable[[object, Limits], CompletionParams], chat: bool
+) -> web.StreamResponse:
     client, state = request.app[CLIENT], request.app[STATE]
-    if state["limits"] is None:
+    limits: Limits | None = state["limits"]
+    if limits is None:
         raise ApiError(503, "the worker is still starting; poll /health")
     try:
         body = json.loads(await request.read())
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ApiError(400, f"malformed JSON body: {exc}") from None
-    params = validate_completion(body, state["limits"])
+    params = validate(body, limits)
     rid, queue = client.submit(lambda rid: _add_request(rid, params))
     state["max_in_flight"] = max(state["max_in_flight"], client.in_flight)
+    reply = Reply.of(rid, state["model"], chat)
     done = False
     try:
         if params.stream:
-            response = await _stream(request, rid, queue, params, state["model"])
+            response = await _stream(request, queue, params, reply, limits.tokenizer)
         else:
-            response = await _collect(rid, queue, params, state["model"])
+            response = await _collect(queue, params, reply, limits.tokenizer)
         done = True
         return response
     finally:
@@ -110,58 +128,44 @@ def _add_request(rid: int, p: CompletionParams) -> AddRequest:
     )
 
 
-def _choice(frame: TokenFrame, finish: str | None, text: str = "") -> dict:
-    choice = {"index": 0, "text": text, "token_ids": frame.tokens, "finish_reason": finish}
-    if frame.logprobs is not None:
-        choice["logprobs"] = {
-            "tokens": [token_text(t) for t in frame.tokens],
-            "token_logprobs": frame.logprobs,
-        }
-    return choice
+def _logprobs(tokens: list[int], values: list[float] | None, tokenizer: Tokenizer) -> dict | None:
+    if values is None:
+        return None
+    return {"tokens": [tokenizer.decode([t]) for t in tokens], "token_logprobs": values}
 
 
-def _usage(prompt_tokens: int, completion_tokens: int) -> dict:
-    return {
-        "prompt_tokens": prompt_tokens,
-        "completion_tokens": completion_tokens,
-        "total_tokens": prompt_tokens + completion_tokens,
-    }
+def _data(event: dict) -> bytes:
+    return b"data: " + _json.encode(event) + b"\n\n"
 
 
-async def _stream(request, rid, queue, params: CompletionParams, model: str):
+async def _stream(request, queue, params: CompletionParams, reply: Reply, tokenizer: Tokenizer):
     response = web.StreamResponse(
         headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
     )
     await response.prepare(request)
-    head = {
-        "id": f"cmpl-{rid}",
-        "object": "text_completion",
-        "created": int(time.time()),
-        "model": model,
-    }
+    text = tokenizer.stream()
     produced = 0
     while True:
         frame = await queue.get()
         if frame.tokens:
+            piece = "".join(text.step(t) for t in frame.tokens)
+            logprobs = _logprobs(frame.tokens, frame.logprobs, tokenizer)
+            await response.write(_data(reply.chunk(piece, frame.tokens, logprobs, not produced)))
             produced += len(frame.tokens)
-            text = "".join(token_text(t) for t in frame.tokens)
-            event = dict(head, choices=[_choice(frame, None, text)])
-            await response.write(b"data: " + _json.encode(event) + b"\n\n")
         if frame.finish_reason is None:
             continue
         if frame.finish_reason == "error":
             err = {"error": {"message": frame.error or "generation failed", "type": "server_error"}}
-            await response.write(b"data: " + _json.encode(err) + b"\n\n")
+            await response.write(_data(err))
         else:
-            final = {"index": 0, "text": "", "token_ids": [], "finish_reason": frame.finish_reason}
-            event = dict(head, choices=[final], usage=_usage(len(params.prompt), produced))
-            await response.write(b"data: " + _json.encode(event) + b"\n\n")
+            counts = usage(len(params.prompt), produced)
+            await response.write(_data(reply.final(frame.finish_reason, counts)))
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
         return response
 
 
-async def _collect(rid, queue, params: CompletionParams, model: str) -> web.Response:
+async def _collect(queue, params: CompletionParams, reply: Reply, tokenizer: Tokenizer):
     tokens: list[int] = []
     logprobs: list[float] = []
     while True:
@@ -172,16 +176,9 @@ async def _collect(rid, queue, params: CompletionParams, model: str) -> web.Resp
             break
     if frame.finish_reason == "error":
         raise ApiError(500, frame.error or "generation failed")
-    merged = TokenFrame(rid, tokens, logprobs if params.logprobs else None)
-    choice = _choice(merged, frame.finish_reason, "".join(token_text(t) for t in tokens))
-    body = {
-        "id": f"cmpl-{rid}",
-        "object": "text_completion",
-        "created": int(time.time()),
-        "model": model,
-        "choices": [choice],
-        "usage": _usage(len(params.prompt), len(tokens)),
-    }
+    shown = _logprobs(tokens, logprobs if params.logprobs else None, tokenizer)
+    counts = usage(len(params.prompt), len(tokens))
+    body = reply.whole(tokenizer.decode(tokens), tokens, shown, frame.finish_reason, counts)
     return web.json_response(body, dumps=lambda obj: _json.encode(obj).decode())
 
 
@@ -190,13 +187,16 @@ def build_app(client: WorkerClient, model: str, max_body: int) -> web.Applicatio
     app[CLIENT] = client
     app[STATE] = {"model": model, "limits": None, "max_model_len": 0, "max_in_flight": 0}
     app.router.add_post("/v1/completions", completions)
+    app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_get("/health", health)
     app.router.add_get("/v1/models", models)
     app.router.add_get("/v1/engine/stats", engine_stats)
     return app
 
 
-def on_ready(app: web.Application, vocab_size: int, max_model_len: int) -> None:
+def on_ready(
+    app: web.Application, vocab_size: int, max_model_len: int, tokenizer: Tokenizer
+) -> None:
     state = app[STATE]
-    state["limits"] = Limits(vocab_size, max_model_len, state["model"])
+    state["limits"] = Limits(vocab_size, max_model_len, state["model"], tokenizer)
     state["max_model_len"] = max_model_len

@@ -1,4 +1,6 @@
-"""Validation of /v1/completions bodies: every field checked, unsupported ones refused.
+"""Validation of /v1/completions and /v1/chat/completions bodies: every field checked,
+unsupported ones refused, text tokenized (a prompt, or the chat's messages through the chat
+template) so the worker only ever sees token ids.
 
 A bad body raises ApiError naming the field (HTTP 400); nothing is silently dropped or
 defaulted past what the OpenAI API itself defaults.
@@ -6,7 +8,10 @@ defaulted past what the OpenAI API itself defaults.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from engine.api.chat import chat_prompt
+from engine.tokenizer import ByteTokenizer, Tokenizer
 
 INT32_MAX = 2**31 - 1
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
@@ -29,6 +34,7 @@ class Limits:
     vocab_size: int
     max_model_len: int
     model: str
+    tokenizer: Tokenizer = field(default_factory=ByteTokenizer)
 
 
 @dataclass(frozen=True)
@@ -72,6 +78,17 @@ _ACCEPTED = {
     "stream_options",
     "user",
 }
+# /v1/chat/completions: `messages` for `prompt`, `max_completion_tokens` beside `max_tokens`;
+# log-probs, tools and the rest refused unless off.
+_CHAT_OFF_VALUES = {
+    **{k: v for k, v in _OFF_VALUES.items() if k not in ("best_of", "echo", "suffix")},
+    "logprobs": (None, False),
+    "top_logprobs": (None, 0),
+    "tools": (None, []),
+    "tool_choice": (None, "none"),
+    "parallel_tool_calls": (None, True, False),
+}
+_CHAT_ACCEPTED = (_ACCEPTED - {"prompt", "logprobs"}) | {"messages", "max_completion_tokens"}
 
 
 def _is_int(value) -> bool:
@@ -103,14 +120,10 @@ def _prompt(body: dict, limits: Limits) -> list[int]:
         raise ApiError(400, "prompt is required", "prompt")
     prompt = body["prompt"]
     if isinstance(prompt, str):
-        raise ApiError(
-            400,
-            "text prompts need a tokenizer and this model ships none: send token ids",
-            "prompt",
-        )
+        return _text(prompt, limits, "prompt")
     if not isinstance(prompt, list) or not prompt:
-        raise ApiError(400, "prompt must be a non-empty list of token ids", "prompt")
-    if any(isinstance(p, list) for p in prompt):
+        raise ApiError(400, "prompt must be a text or a non-empty list of token ids", "prompt")
+    if any(isinstance(p, list | str) for p in prompt):
         raise ApiError(
             400, "batched prompts are not supported: send one prompt per request", "prompt"
         )
@@ -126,28 +139,41 @@ def _prompt(body: dict, limits: Limits) -> list[int]:
     return prompt
 
 
-def validate_completion(body: object, limits: Limits) -> CompletionParams:
+def _text(text: str, limits: Limits, name: str) -> list[int]:
+    tokens = limits.tokenizer.encode(text)
+    if not tokens:
+        raise ApiError(400, f"{name} must not be empty", name)
+    if max(tokens) >= limits.vocab_size:
+        raise ApiError(400, f"{name} encodes to token ids outside the model's vocabulary", name)
+    return tokens
+
+
+def _check_fields(body: object, off: dict, accepted: set, limits: Limits) -> dict:
     if not isinstance(body, dict):
         raise ApiError(400, "the request body must be a JSON object")
     for key, value in body.items():
-        if key in _OFF_VALUES:
-            if value not in _OFF_VALUES[key]:
+        if key in off:
+            if value not in off[key]:
                 raise ApiError(400, f"{key}={value!r} is not supported by this server", key)
-        elif key not in _ACCEPTED:
+        elif key not in accepted:
             raise ApiError(400, f"unknown or unsupported field {key!r}", key)
     model = body.get("model", limits.model)
     if model != limits.model:
         raise ApiError(
             404, f"model {model!r} is not served here; this server serves {limits.model!r}", "model"
         )
-    prompt = _prompt(body, limits)
-    max_tokens = _int_field(body, "max_tokens", 16, 1, INT64_MAX, "a positive integer")
+    return body
+
+
+def _params(body: dict, prompt: list[int], limits: Limits, max_tokens_field: str, logprobs):
+    """The sampling fields both endpoints share, checked, around a tokenized prompt."""
+    max_tokens = _int_field(body, max_tokens_field, 16, 1, INT64_MAX, "a positive integer")
     if len(prompt) + max_tokens > limits.max_model_len:
         raise ApiError(
             400,
-            f"prompt ({len(prompt)} tokens) + max_tokens ({max_tokens}) exceeds the context "
-            f"window of {limits.max_model_len} tokens",
-            "max_tokens",
+            f"prompt ({len(prompt)} tokens) + {max_tokens_field} ({max_tokens}) exceeds the "
+            f"context window of {limits.max_model_len} tokens",
+            max_tokens_field,
         )
     temperature = body.get("temperature", 1.0)
     if not _is_number(temperature) or not temperature >= 0:
@@ -159,16 +185,6 @@ def validate_completion(body: object, limits: Limits) -> CompletionParams:
         raise ApiError(400, f"top_p must be in (0, 1], got {top_p!r}", "top_p")
     top_k = _int_field(body, "top_k", 0, -1, INT32_MAX, "-1, 0 (off) or a positive int32")
     seed = _int_field(body, "seed", None, INT64_MIN, INT64_MAX, "an int64")
-    logprobs = body.get("logprobs")
-    if not (
-        logprobs is None or isinstance(logprobs, bool) or (_is_int(logprobs) and logprobs == 0)
-    ):
-        raise ApiError(
-            400,
-            "logprobs: only the sampled token's log-prob is supported "
-            "(logprobs true or 0); top alternatives are not",
-            "logprobs",
-        )
     options = body.get("stream_options")
     if options is not None and not isinstance(options, dict):
         raise ApiError(400, "stream_options must be an object", "stream_options")
@@ -180,6 +196,36 @@ def validate_completion(body: object, limits: Limits) -> CompletionParams:
         top_p=float(top_p),
         top_k=max(top_k, 0),
         seed=seed,
-        logprobs=logprobs is True or _is_int(logprobs),
+        logprobs=logprobs,
         stream=_bool_field(body, "stream", False),
     )
+
+
+def validate_completion(body: object, limits: Limits) -> CompletionParams:
+    body = _check_fields(body, _OFF_VALUES, _ACCEPTED, limits)
+    prompt = _prompt(body, limits)
+    logprobs = body.get("logprobs")
+    if not (
+        logprobs is None or isinstance(logprobs, bool) or (_is_int(logprobs) and logprobs == 0)
+    ):
+        raise ApiError(
+            400,
+            "logprobs: only the sampled token's log-prob is supported "
+            "(logprobs true or 0); top alternatives are not",
+            "logprobs",
+        )
+    return _params(body, prompt, limits, "max_tokens", logprobs is True or _is_int(logprobs))
+
+
+def validate_chat(body: object, limits: Limits) -> CompletionParams:
+    body = _check_fields(body, _CHAT_OFF_VALUES, _CHAT_ACCEPTED, limits)
+    if "max_tokens" in body and "max_completion_tokens" in body:
+        raise ApiError(
+            400, "give max_completion_tokens or max_tokens, not both", "max_completion_tokens"
+        )
+    limit = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
+    try:
+        text = chat_prompt(body.get("messages"))
+    except ValueError as exc:
+        raise ApiError(400, str(exc), "messages") from None
+    return _params(body, _text(text, limits, "messages"), limits, limit, False)
