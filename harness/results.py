@@ -22,12 +22,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from harness.analysis import schema
-from harness.analysis.compare import Comparison
 from harness.analysis.schema import SCHEMA_VERSION, RequestRecord, ServerRecord, SpanRecord
-from harness.analysis.summary import summarize, summary_json
+from harness.analysis.summary import Summary, from_summary_json, summarize, summary_json
 from harness.errors import BenchError
 
-RESULTS = Path(__file__).resolve().parent.parent / "results"
+RESULTS = Path("results")  # under the current directory, wherever bench is installed
 CALIBRATION = Path("calibration") / "latest.json"
 
 
@@ -132,18 +131,18 @@ def load_run(path: Path) -> tuple[dict, dict[str, pd.DataFrame]]:
     return manifest, schema.from_version_1(frames) if version == 1 else frames
 
 
-def summarise(path: Path) -> Comparison:
-    """Summarise a run once it has ended: its comparison, written to summary.json."""
+def summarise(path: Path) -> Summary:
+    """Summarise a run once it has ended: its summary, written to summary.json."""
     manifest, frames = load_run(path)
-    comparison = summarize(manifest, frames)
-    write_json(Path(path) / "summary.json", summary_json(manifest, comparison))
-    return comparison
+    summary = summarize(manifest, frames)
+    write_json(Path(path) / "summary.json", summary_json(manifest, summary))
+    return summary
 
 
-def load_summary(path: Path) -> Comparison | None:
-    """The comparison summary.json holds; None for a run that was never summarised."""
+def load_summary(path: Path) -> Summary | None:
+    """The summary summary.json holds; None for a run that was never summarised."""
     data = read_json(Path(path) / "summary.json")
-    return None if data is None else Comparison.from_json(data)
+    return None if data is None else from_summary_json(data)
 
 
 def write_calibration(result: dict, directory: Path = RESULTS / "calibration") -> Path:

@@ -127,15 +127,23 @@ def steady_tok_per_s(requests: pd.DataFrame, start_s: float | None, end_s: float
     return int(((times >= start_s) & (times <= end_s)).sum()) / (end_s - start_s)
 
 
-def run_tok_per_s(requests: pd.DataFrame) -> float:
-    """Output tokens of completed requests over the measured run: first send to last end."""
+def run_span_s(requests: pd.DataFrame) -> float:
+    """The measured run: first measured send to last measured end; NaN when empty."""
     rows = measured(requests)
     if rows.empty:
         return float("nan")
     span = rows["end_s"].astype(float).max() - rows["send_s"].min()
-    if not span > 0:
-        return float("nan")
-    return float(completed(requests)["output_tokens"].sum()) / span
+    return float(span) if span > 0 else float("nan")
+
+
+def run_tok_per_s(requests: pd.DataFrame) -> float:
+    """Output tokens of completed requests over the measured run: first send to last end."""
+    return float(completed(requests)["output_tokens"].sum()) / run_span_s(requests)
+
+
+def run_request_per_s(requests: pd.DataFrame) -> float:
+    """Completed requests over the measured run."""
+    return len(completed(requests)) / run_span_s(requests)
 
 
 def server_summary(

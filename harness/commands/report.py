@@ -6,10 +6,12 @@ from pathlib import Path
 
 import typer
 
+from harness.analysis.compare import Comparison
 from harness.errors import BenchError
 from harness.results import RESULTS, load_run, load_summary, report_context, summarise
 from harness.show.console import fail, notes
 from harness.show.report.evidence import gather
+from harness.show.report.single import write_single_report
 from harness.show.report.write import write_report
 
 
@@ -32,5 +34,7 @@ def report_run(run_dir: Path, html: bool = False, results: Path = RESULTS) -> Pa
     if frames["servers"].empty:
         raise BenchError(f"{run_dir} has no servers yet: nothing to report")
     comparison = load_summary(run_dir) or summarise(run_dir)
+    if not isinstance(comparison, Comparison):  # one target, or a sweep
+        return write_single_report(manifest, comparison, run_dir)
     calibration, power = report_context(results, manifest.get("scenario", {}).get("name", ""))
     return write_report(gather(manifest, frames, comparison, calibration, power), run_dir, html)

@@ -1,4 +1,5 @@
-"""The schedule: for each slot, a fresh server, warmup, closed-loop load, drain, stop.
+"""The schedule: for each slot, a fresh server (or a running one at a URL), warmup, load
+(closed or open loop), drain, stop.
 
 Runs the slots in A B B A order (x blocks), collects every slot's request records and span
 records into the run directory as it goes, and stops cleanly on Ctrl-C: the server is
@@ -17,13 +18,14 @@ from dataclasses import asdict, dataclass
 
 from engine import env
 from engine.config import Scenario
-from harness.analysis.compare import Comparison
 from harness.analysis.schema import ServerRecord, Slot
+from harness.analysis.summary import Summary
 from harness.errors import BenchError
 from harness.measure.arms import Arm
+from harness.measure.arrivals import ArrivalSchedule
 from harness.measure.event_loop import run_loop
 from harness.measure.lanes import Progress
-from harness.measure.loadgen import run_closed_loop
+from harness.measure.loadgen import run_load
 from harness.measure.request_sequence import RequestSpec
 from harness.measure.server import ServerProcess, served_model
 from harness.measure.spans import SpanCollector
@@ -33,6 +35,25 @@ from harness.results import RunDir, machine, summarise
 # before the worker exits, so it is in at once; only a crashed worker, or an engine revision
 # older than the message, makes the collector wait this long.
 LAST_WINDOW_WAIT_S = 2.0
+
+
+@dataclass(frozen=True)
+class SlotLoad:
+    """How one slot's load is driven: C lanes, closed loop or (with arrivals) open loop."""
+
+    concurrency: int  # requests in flight (closed loop) or their cap (open loop)
+    arrivals: ArrivalSchedule | None = None
+
+    def manifest(self) -> dict:
+        if self.arrivals is None:
+            return {"mode": "closed", "concurrency": self.concurrency}
+        a = self.arrivals
+        return {
+            "mode": "open",
+            "request_rate": a.rate,
+            "burstiness": a.burstiness,
+            "max_in_flight": self.concurrency,
+        }
 
 
 @dataclass(frozen=True)
@@ -48,24 +69,36 @@ class RunPlan:
     duration_s: float | None = None
     health_timeout_s: float = 300.0
     shards: int = 1
+    arrivals: ArrivalSchedule | None = None  # open loop at a rate; None: closed loop
+    headers: dict[str, str] | None = None  # sent with every request (and /v1/models)
+    chat: bool = False  # /v1/chat/completions instead of /v1/completions
+    points: list[SlotLoad] | None = None  # a sweep: each slot's own load
 
-    def manifest(self, run_id: str, command: str, measured: int, arms: list[dict]) -> dict:
+    def load(self, slot: int) -> SlotLoad:
+        if self.points is not None:
+            return self.points[slot]
+        return SlotLoad(self.concurrency, self.arrivals)
+
+    def manifest(self, run_id: str, command: str, measured: int, arms: list[dict], **extra) -> dict:
         """manifest.json of the run (docs/RESULTS.md); `complete` until the schedule ends."""
         aa_check = self.arms["A"].same_code_as(self.arms["B"]) if "B" in self.arms else False
         return {
             "run_id": run_id,
             "command": command,
+            "unix_time": time.time(),
             "scenario": self.scenario.to_dict(),
             "arms": arms,
             "aa_check": aa_check,
             "schedule": self.letters,
             "concurrency": self.concurrency,
+            "load": self.load(0).manifest() | {"api": "chat" if self.chat else "completions"},
             "requests": measured,
             "duration_s": self.duration_s,
             "warmup": self.warmup,
             "period": self.period,
             "machine": machine(),
             "complete": False,
+            **extra,
         }
 
 
@@ -85,7 +118,7 @@ class Interrupted(Exception):
 
 def run_schedule(
     plan: RunPlan, rundir: RunDir, show: Callable[[SlotStatus], None]
-) -> tuple[bool, Comparison]:
+) -> tuple[bool, Summary]:
     """Run every slot, say in the manifest whether the schedule finished, and summarise the
     run (summary.json). A BenchError (a server that cannot start) leaves it unsummarised."""
     complete = execute(plan, rundir, show)
@@ -120,7 +153,7 @@ def _run_slot(plan, rundir, collector, number, letter, show, stop) -> bool:
     records, spans = [], []
     try:
         if arm.kind == "url":
-            url, model = arm.url, served_model(arm.url)
+            url, model = arm.url, served_model(arm.url, plan.headers)
             record.healthy = True
         else:
             server = ServerProcess(
@@ -139,7 +172,7 @@ def _run_slot(plan, rundir, collector, number, letter, show, stop) -> bool:
             record.healthy = True
             url, model = server.url, plan.scenario.name
         status.phase = "load"
-        result = _drive(plan, url, model, slot, status, show, stop)
+        result = _drive(plan, plan.load(number), url, model, slot, status, show, stop)
         records = result.records
         record.t0_unix = result.t0_unix
         record.steady_start_s, record.steady_end_s = result.steady_start_s, result.steady_end_s
@@ -163,7 +196,7 @@ def _run_slot(plan, rundir, collector, number, letter, show, stop) -> bool:
     return record.error is None
 
 
-def _drive(plan, url, model, slot, status, show, stop):
+def _drive(plan, shape: SlotLoad, url, model, slot, status, show, stop):
     def on_progress(progress: Progress) -> None:
         status.progress = progress
         show(status)
@@ -172,10 +205,10 @@ def _drive(plan, url, model, slot, status, show, stop):
         event = asyncio.Event()
         stop.bind(asyncio.get_running_loop(), event)
         try:
-            return await run_closed_loop(
+            return await run_load(
                 url,
                 plan.requests,
-                plan.concurrency,
+                shape.concurrency,
                 plan.warmup,
                 slot,
                 on_progress,
@@ -183,6 +216,9 @@ def _drive(plan, url, model, slot, status, show, stop):
                 model=model,
                 shards=plan.shards,
                 send_for_s=plan.duration_s,
+                arrivals=shape.arrivals,
+                headers=plan.headers,
+                chat=plan.chat,
             )
         finally:
             stop.bind(None, None)

@@ -26,10 +26,11 @@ def free_port(host: str = "127.0.0.1") -> int:
         return sock.getsockname()[1]
 
 
-def served_model(url: str) -> str | None:
+def served_model(url: str, headers: dict[str, str] | None = None) -> str | None:
     """The first model an external OpenAI-compatible server lists (None if it lists none)."""
+    request = urllib.request.Request(f"{url}/v1/models", headers=headers or {})
     try:
-        with urllib.request.urlopen(f"{url}/v1/models", timeout=10) as resp:
+        with urllib.request.urlopen(request, timeout=10) as resp:
             data = json.loads(resp.read()).get("data") or []
     except (OSError, ValueError) as exc:
         raise BenchError(f"cannot reach {url}/v1/models ({exc}); is the server up?") from None
