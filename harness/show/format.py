@@ -23,7 +23,8 @@ def joined(values: list, show=number) -> str:
 def change_text(change: Change) -> str:
     if change.ratio is None:
         return "-"
-    return f"{change.ratio - 1:+.1%} ({change.low - 1:+.1%} .. {change.high - 1:+.1%})"
+    low = (change.low - 1) * 100  # compact, for 80 columns: +4.5% (-7.5..+18.0%)
+    return f"{change.ratio - 1:+.1%} ({low:+.1f}..{change.high - 1:+.1%})"
 
 
 def verdict_text(change: Change) -> str:

@@ -29,7 +29,8 @@ def render(m: Measurement) -> Group:
     figures = table(f"{escape(m.label)}: {load_text(m.load)}", "figure", *columns)
     for f in m.figures:
         servers = (joined(f.servers),) if several else ()
-        figures.add_row(f"{f.label} ({f.unit})", number(f.value), *servers)
+        label = f.label if f.unit in f.label else f"{f.label} ({f.unit})"
+        figures.add_row(label, number(f.value), *servers)
     figures.add_row("failed requests", str(m.failed), *(("",) if several else ()))
     parts: list = [figures]
     if m.goodput is not None:
