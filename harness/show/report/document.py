@@ -19,6 +19,7 @@ from harness.analysis.doubts import client_limit
 from harness.analysis.schema import LETTERS
 from harness.analysis.stats import FASTER, NO_CHANGE, SLOWER, WITHIN_BLOCK
 from harness.show.format import number
+from harness.show.measurement import load_text
 from harness.show.report.blocks import Block, Bullets, Heading, Image, Text
 from harness.show.report.evidence import Evidence
 from harness.show.report.tables import (
@@ -116,8 +117,8 @@ def setup(evidence: Evidence) -> str:
     measured = sum(s.requests for s in c.servers)
     failed = sum(s.failed for s in c.servers)
     return (
-        f"{device}; {scenario.get('name', '?')} {scenario.get('size', '')}, closed loop "
-        f"at c={m.get('concurrency', '?')}; schedule {schedule(m, c)}; {per_arm} servers "
+        f"{device}; {scenario.get('name', '?')} {scenario.get('size', '')}, "
+        f"{load_text(m.get('load') or {'concurrency': m.get('concurrency', '?')})}; schedule {schedule(m, c)}; {per_arm} servers "
         f"(A / B), each {load} + {m.get('warmup', '?')} warmup requests; "
         f"{measured:,} measured requests, {failed:,} failed."
     )
