@@ -214,3 +214,67 @@ def test_bench_sweep_and_usage_errors(mock_url, tmp_path):
         proc = bench(*args)
         assert proc.returncode == 2, (args, proc.stderr)
         assert "Traceback" not in proc.stderr and "error:" in proc.stderr
+
+
+@pytest.mark.slow
+def test_bench_measure_a_scenario_open_loop_with_spans(tmp_path):
+    """A fresh engine, driven in the open loop with text prompts from the example file as chat
+    completions: the records, the spans, the summary and the report."""
+    out = tmp_path / "run"
+    proc = bench(
+        "measure", "qwen35", "--size", "tiny", "--request-rate", "20", "-c", "16",
+        "--prompts", str(EXAMPLE), "--output-len", "8", "--requests", "24", "--warmup", "2",
+        "--period", "10", "--out", str(out), "--json", "--report",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    assert summary["load"] == {
+        "mode": "open",
+        "request_rate": 20.0,
+        "burstiness": 1.0,
+        "max_in_flight": 16,
+        "api": "completions",
+    }
+    assert summary["failed"] == 0 and summary["requests"] == 24
+    assert summary["phases"] and not [d for d in summary["doubts"] if "spans" in d]
+    frames = pd.read_parquet(out / "requests.parquet")
+    assert (frames["prompt_tokens"] > 0).all()  # text prompts: counted from usage
+    assert (out / "report.md").is_file()
+
+
+def test_arms_resolve_in_the_repository_of_the_current_directory(tmp_path, monkeypatch):
+    from harness.measure import arms
+
+    def git(*args):
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "f").write_text("x")
+    git("add", "f")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one")
+    head = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=tmp_path, capture_output=True, text=True
+    ).stdout.strip()
+    monkeypatch.chdir(tmp_path)
+    assert arms.repo() == tmp_path.resolve()
+    arm = arms.resolve("B", "mine", "worktree")
+    assert arm.commit == head and arm.tree == str(tmp_path.resolve()) and not arm.dirty
+    assert arms.resolve("A", "base", "HEAD").commit == head
+    monkeypatch.chdir(tmp_path.parent)  # outside any repository: bench's own tree
+    assert arms.repo() in (arms.HARNESS_TREE, Path(tmp_path.parent).resolve())
+
+
+def test_a_crash_exits_3_not_1(monkeypatch, tmp_path, capsys):
+    """1 says "B is slower"; a bug must not read as a verdict."""
+    from harness import cli
+    from harness.commands import export
+
+    def broken(path):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(export, "load_run", broken)
+    monkeypatch.setattr(sys, "argv", ["bench", "export", str(tmp_path)])
+    with pytest.raises(SystemExit) as exit_:
+        cli.main()
+    assert exit_.value.code == cli.INTERNAL_ERROR == 3
+    assert "RuntimeError: a bug" in capsys.readouterr().err

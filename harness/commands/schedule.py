@@ -3,16 +3,18 @@ manifest, progress, the schedule, a failure said in one line. Not a command."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
+import typer
 from rich.console import Console
 
 from harness.analysis.summary import Summary
 from harness.errors import BenchError
 from harness.measure.runner import RunPlan, run_schedule
 from harness.results import RESULTS, RunDir, new_run_id
-from harness.show.console import fail
+from harness.show.console import fail, output
 from harness.show.progress import RunProgress
 
 
@@ -37,6 +39,21 @@ def execute(
         rundir.update_manifest(complete=False, error=str(exc))
         fail(f"{exc} (partial results in {rundir.path})")
     return rundir, complete, summary
+
+
+def conclude(
+    console: Console, rundir: RunDir, complete: bool, summary: Summary, shown, as_json: bool
+) -> None:
+    """Print the summary (JSON, or `shown`, its tables) and where it lies; exit 130 when the
+    schedule was cut short. The caller then says whether the figures fail the run (exit 1)."""
+    if as_json:
+        print(json.dumps(summary.to_json(), indent=2))
+    else:
+        output().print(shown)
+        console.print(f"results: {rundir.path}")
+    if not complete:
+        console.print("[yellow]interrupted: the results above cover what was measured[/]")
+        raise typer.Exit(130)
 
 
 def redacted(argv: list[str]) -> list[str]:

@@ -5,7 +5,10 @@ arrivals, the headers (docs/LOADGEN.md). Not a command: the three import it."""
 from __future__ import annotations
 
 import dataclasses
+import functools
+import inspect
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +20,7 @@ from harness.errors import BenchError
 from harness.measure.arrivals import ArrivalSchedule
 from harness.measure.prompt_file import read_prompt_file
 from harness.measure.request_sequence import build_requests
+from harness.measure.runner import RunPlan, SlotLoad
 
 OPEN_LOOP_CAP = 1024  # requests in flight at most in the open loop, unless -c says otherwise
 
@@ -50,6 +54,52 @@ HEADER = typer.Option([], "--header", help="K:V header on every request (repeata
 GOODPUT = typer.Option(None, help="SLOs in ms, e.g. ttft:200,tpot:50,e2e:2000 (as vLLM's).")
 
 
+# name -> (type, option): what `with_load_options` adds to a command's signature
+OPTIONS = {
+    "concurrency": (int | None, CONCURRENCY),
+    "requests": (int | None, REQUESTS),
+    "duration": (float | None, DURATION),
+    "warmup": (int | None, WARMUP),
+    "request_rate": (float | None, REQUEST_RATE),
+    "burstiness": (float, BURSTINESS),
+    "input_len": (int | None, INPUT_LEN),
+    "output_len": (int | None, OUTPUT_LEN),
+    "prompts": (Path | None, PROMPTS),
+    "tokenizer": (str | None, TOKENIZER),
+    "seed": (int | None, SEED),
+    "chat": (bool, CHAT),
+    "header": (list[str], HEADER),
+    "goodput": (str | None, GOODPUT),
+}
+
+
+def with_load_options(*names: str) -> Callable:
+    """Give a command the shared load options `names` (default: all of them); they reach it
+    as one dict, `load_options`, so each command declares and passes them once."""
+    chosen = names or tuple(OPTIONS)
+
+    def decorate(command: Callable) -> Callable:
+        signature = inspect.signature(command, eval_str=True)
+        own = [p for p in signature.parameters.values() if p.name != "load_options"]
+        kind = inspect.Parameter.KEYWORD_ONLY
+        added = [
+            inspect.Parameter(n, kind, default=OPTIONS[n][1], annotation=OPTIONS[n][0])
+            for n in chosen
+        ]
+
+        @functools.wraps(command)
+        def wrapper(**kwargs):
+            options = {n: kwargs.pop(n) for n in chosen}
+            return command(**kwargs, load_options=options)
+
+        wrapper.__signature__ = inspect.Signature(own + added)
+        wrapper.__annotations__ = {p.name: p.annotation for p in own + added}
+        del wrapper.__wrapped__  # typer must read the signature above, not the command's
+        return wrapper
+
+    return decorate
+
+
 @dataclass(frozen=True)
 class Workload:
     requests: object  # a RequestSequence or PromptList
@@ -60,26 +110,55 @@ class Workload:
     headers: dict[str, str]
     chat: bool
     slos_ms: dict[str, float] | None
+    duration_s: float | None  # seconds of load per server (None: the requests' count)
+
+    def plan(
+        self,
+        scenario: Scenario,
+        arms: dict,
+        letters: list[str],
+        block_size: int,
+        period: int,
+        shards: int,
+        points: list[SlotLoad] | None = None,
+    ) -> RunPlan:
+        """The schedule that drives this load against `arms` in the order of `letters`."""
+        return RunPlan(
+            scenario=scenario,
+            arms=arms,
+            letters=letters,
+            block_size=block_size,
+            concurrency=self.concurrency,
+            requests=self.requests,
+            warmup=self.warmup,
+            period=period,
+            duration_s=self.duration_s,
+            shards=shards,
+            arrivals=self.arrivals,
+            headers=self.headers,
+            chat=self.chat,
+            points=points,
+        )
 
 
 def workload(
     scenario: Scenario,
     vocab_size: int,
     *,
-    concurrency: int | None,
-    requests: int | None,
-    duration: float | None,
-    warmup: int | None,
-    request_rate: float | None,
-    burstiness: float,
-    input_len: int | None,
-    output_len: int | None,
-    prompts: Path | None,
-    tokenizer: str | None,
-    seed: int | None,
-    chat: bool,
-    header: list[str],
-    goodput: str | None,
+    concurrency: int | None = None,
+    requests: int | None = None,
+    duration: float | None = None,
+    warmup: int | None = None,
+    request_rate: float | None = None,
+    burstiness: float = 1.0,
+    input_len: int | None = None,
+    output_len: int | None = None,
+    prompts: Path | None = None,
+    tokenizer: str | None = None,
+    seed: int | None = None,
+    chat: bool = False,
+    header: list[str] = (),
+    goodput: str | None = None,
 ) -> Workload:
     """The load the options describe; a BenchError says which option is wrong."""
     if requests is not None and duration is not None:
@@ -115,7 +194,7 @@ def workload(
     except ValueError as exc:
         raise BenchError(str(exc)) from None
     cap = concurrency or OPEN_LOOP_CAP
-    return Workload(sequence, warm, measured, cap, arrivals, headers(header), chat, slos)
+    return Workload(sequence, warm, measured, cap, arrivals, headers(header), chat, slos, duration)
 
 
 def headers(options: list[str]) -> dict[str, str]:
