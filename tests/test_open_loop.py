@@ -1,16 +1,21 @@
 """The open loop: arrivals drawn from the seed follow a gamma (Poisson at burstiness 1)
 process at the set rate; against `bench mock` the requests arrive on that schedule, and the
-client's timing error stays within the calibration bounds (docs/LOADGEN.md)."""
+client's timing error stays within the calibration bounds (docs/LOADGEN.md). As `bench
+calibrate` does, the timing verdict is given only on a quiet machine: when other processes
+used more than QUIET_CORES meanwhile, the test says so and skips it (the counts and the
+schedule are held either way)."""
 
 from __future__ import annotations
+
+import time
 
 import numpy as np
 import pytest
 
 from engine.config import LoadProfile
-from harness.analysis.calibration import TARGETS
+from harness.analysis.calibration import QUIET_CORES, TARGETS
 from harness.measure.arrivals import ArrivalSchedule
-from harness.measure.calibrate import MockProcess, Settings
+from harness.measure.calibrate import MockProcess, Settings, _machine_busy_s, _own_cpu_s
 from harness.measure.event_loop import run_loop
 from harness.measure.loadgen import run_load
 from harness.measure.request_sequence import build_requests
@@ -54,12 +59,14 @@ def test_arrivals_at_bench_mock_follow_the_schedule():
 
     async def main():
         async with MockProcess(Settings(output_tokens=4), ttft_ms=5.0, itl_ms=2.0) as mock:
-            result = await run_load(
-                mock.url, requests, 64, warmup, arrivals=schedule, send_for_s=None
-            )
-            return result, await mock.stats("requests")
+            busy, ours, theirs = _machine_busy_s(), _own_cpu_s(), mock.cpu_s()
+            wall = time.perf_counter()
+            result = await run_load(mock.url, requests, 64, warmup, arrivals=schedule)
+            others = _machine_busy_s() - busy - (_own_cpu_s() - ours) - (mock.cpu_s() - theirs)
+            others_cores = others / (time.perf_counter() - wall)
+            return result, await mock.stats("requests"), others_cores
 
-    result, stats = run_loop(main())
+    result, stats, others_cores = run_loop(main())
     records = result.records
     assert len(records) == count and all(r.ok for r in records)
     assert stats["arrivals"] == count  # every request, once
@@ -67,6 +74,8 @@ def test_arrivals_at_bench_mock_follow_the_schedule():
     # the window: from the first measured arrival to the last arrival
     assert result.steady_start_s >= schedule[warmup]
     assert result.steady_end_s == pytest.approx(schedule[count - 1])
+    if others_cores > QUIET_CORES:  # as calibration itself: timing on a busy machine is moot
+        pytest.skip(f"other processes used {others_cores:.2f} cores: no timing verdict")
     # at the mock, on the shared monotonic clock: the gaps are exponential at the rate
     arrived = {rid: arrival - result.t0_perf for rid, arrival, *_ in stats["requests"]}
     at_mock = np.array([arrived[str(i)] for i in range(count)])
@@ -81,3 +90,22 @@ def test_arrivals_at_bench_mock_follow_the_schedule():
     assert np.percentile(send_lag, 50) <= TARGETS["ttft_error_p50_ms"]
     assert np.percentile(send_lag, 99) <= TARGETS["ttft_error_p99_ms"]
     assert np.percentile(mock_lag, 50) <= TARGETS["ttft_error_p50_ms"]
+
+
+def test_shards_send_the_same_arrivals():
+    """Two client processes share the schedule: each request once, at its own time."""
+    from harness.measure.mock.server import MockConfig, MockServer
+
+    count = 60
+    schedule = ArrivalSchedule(200.0, 1.0, seed=5, count=count)
+    requests = build_requests(LoadProfile(), vocab_size=100, count=count, seed=5)
+
+    async def main():
+        async with MockServer(MockConfig(ttft_ms=2.0, itl_ms=1.0, output_tokens=3)) as mock:
+            return await run_load(mock.url, requests, 8, arrivals=schedule, shards=2)
+
+    result = run_loop(main())
+    assert [r.index for r in result.records] == list(range(count))
+    assert all(r.ok for r in result.records)
+    assert [r.intended_send_s for r in result.records] == pytest.approx(schedule.times.tolist())
+    assert all(r.send_s >= r.intended_send_s - 1e-4 for r in result.records)

@@ -90,18 +90,18 @@ async def run_load(
     requests = requests if isinstance(requests, RequestSequence | PromptList) else list(requests)
     extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items()).encode()
     job = Job(
-        endpoint,
-        model,
-        requests,
-        concurrency,
-        warmup,
-        slot,
-        ramp_s,
-        request_timeout_s,
-        send_for_s,
-        arrivals,
-        extra,
-        chat,
+        endpoint=endpoint,
+        model=model,
+        requests=requests,
+        concurrency=concurrency,
+        warmup=warmup,
+        slot=slot,
+        ramp_s=ramp_s,
+        timeout_s=request_timeout_s,
+        send_for_s=send_for_s,
+        arrivals=arrivals,
+        headers=extra,
+        chat=chat,
     )
     stop_event = stop_event or asyncio.Event()
     shards = min(shards, concurrency)
