@@ -193,6 +193,27 @@ def test_bench_measure_a_url_with_slos_and_export(mock_url, tmp_path):
 
 
 @pytest.mark.slow
+def test_a_sweep_of_two_arms(mock_url, tmp_path):
+    """The same sweep for two arms (here two URLs: the mock twice), A B then B A."""
+    out = tmp_path / "sweep"
+    proc = bench(
+        "sweep", "qwen35", "--arm", f"a={mock_url}", "--arm", f"b={mock_url}",
+        "--rates", "50,100", "-c", "16", "--requests", "24", "--warmup", "2",
+        "--output-len", "4", "--out", str(out), "--json",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    assert summary["labels"] == {"A": "a", "B": "b"}
+    assert [(p["letter"], p["load"]) for p in summary["points"]] == [
+        ("A", 50), ("A", 100), ("B", 50), ("B", 100),
+    ]  # fmt: skip
+    schedule = json.loads((out / "manifest.json").read_text())["schedule"]
+    assert schedule == ["A", "B", "B", "A"]
+    assert set(summary["saturation"]) == {"A", "B"}
+    assert bench("report", str(out)).returncode == 0 and (out / "sweep.png").is_file()
+
+
+@pytest.mark.slow
 def test_bench_sweep_and_usage_errors(mock_url, tmp_path):
     out = tmp_path / "sweep"
     proc = bench(

@@ -27,11 +27,12 @@ def summarize(manifest: dict, frames: dict[str, pd.DataFrame]) -> Summary:
         result = _measurement(manifest, frames)
     elif kind == "sweep":
         loads = {p["server"]: p["load"] for p in manifest["points"]}
+        labels = {arm["letter"]: arm["name"] for arm in manifest["arms"]}
         result = sweep(
             frames["requests"],
             frames["servers"],
             loads,
-            manifest["arms"][0]["name"],
+            labels,
             manifest["axis"],
             manifest.get("goodput"),
         )

@@ -1,6 +1,7 @@
 """A sweep (`bench sweep`): one steady measurement per offered load (a request rate or a
 concurrency), the throughput-latency curve they draw, and its saturation point
-(docs/METRICS.md). Pure: frames in, a JSON-ready `Sweep` out."""
+(docs/METRICS.md); with two arms, the same sweep for each, so the curves compare. Pure:
+frames in, a JSON-ready `Sweep` out."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ LATENCY_COLUMNS = [f"{m}_{s}_ms" for m in ("ttft", "tpot", "e2e") for s in ("p50
 class Point:
     load: float  # the offered request rate (req/s) or the concurrency
     server: str
+    letter: str  # the arm
     output_tok_per_s: float | None  # steady
     request_per_s: float | None  # completed per second of the measured run
     requests: int
@@ -34,11 +36,13 @@ class Point:
 
 @dataclass
 class Sweep:
-    label: str
+    labels: dict[str, str]  # letter -> the arm's label (one arm: A)
     axis: str  # "rate" or "concurrency"
-    points: list[Point]
-    saturation: float | None  # the load beyond which more load bought little throughput
-    peak: float | None  # the load of the highest throughput
+    points: list[Point]  # by arm, then load
+    # per arm: the load beyond which more load bought little throughput (None: none seen),
+    # and the load of the highest throughput
+    saturation: dict[str, float | None]
+    peak: dict[str, float | None]
     slos_ms: dict[str, float] | None = None
     doubts: list[str] = field(default_factory=list)
     schema_version: int = SCHEMA_VERSION
@@ -67,11 +71,12 @@ def sweep(
     requests: pd.DataFrame,
     servers: pd.DataFrame,
     loads: Mapping[str, float],
-    label: str,
+    labels: Mapping[str, str],
     axis: str,
     slos_ms: dict[str, float] | None = None,
 ) -> Sweep:
-    """`loads`: each server's offered load (server id -> rate or concurrency)."""
+    """`loads`: each server's offered load (server id -> rate or concurrency); `labels`: each
+    arm's label by letter."""
     per_server = metrics.server_summary(requests, servers)
     ids = servers.sort_values(["block", "slot"])["server"].tolist()
     points = []
@@ -81,6 +86,7 @@ def sweep(
             Point(
                 load=float(loads[server]),
                 server=server,
+                letter=row["letter"],
                 output_tok_per_s=row["output_tok_per_s"],
                 request_per_s=metrics.run_request_per_s(mine),
                 requests=int(row["requests"]),
@@ -89,21 +95,21 @@ def sweep(
                 goodput_share=goodput(mine, slos_ms).share if slos_ms else None,
             )
         )
-    points.sort(key=lambda p: p.load)
-    rates = [p.output_tok_per_s for p in points]
-    finite = [(r, p.load) for r, p in zip(rates, points, strict=True) if r == r and r is not None]
-    doubts = [f"{p.failed} failed requests at load {p.load:g}" for p in points if p.failed]
-    doubts += [
-        f"no steady window at load {p.load:g}"
-        for p in points
-        if p.output_tok_per_s != p.output_tok_per_s
-    ]
-    return Sweep(
-        label,
-        axis,
-        points,
-        saturation([p.load for p in points], rates),
-        max(finite)[1] if finite else None,
-        slos_ms,
-        doubts,
-    )
+    points.sort(key=lambda p: (p.letter, p.load))
+    result = Sweep(dict(labels), axis, points, {}, {}, slos_ms)
+    for letter in labels:
+        mine = [p for p in points if p.letter == letter]
+        rates = [p.output_tok_per_s for p in mine]
+        result.saturation[letter] = saturation([p.load for p in mine], rates)
+        finite = [(r, p.load) for r, p in zip(rates, mine, strict=True) if r is not None and r == r]
+        result.peak[letter] = max(finite)[1] if finite else None
+    for p in points:
+        where = f"load {p.load:g}" + (f", arm {p.letter}" if len(labels) > 1 else "")
+        if p.failed:
+            result.doubts.append(f"{p.failed} failed requests at {where}")
+        if p.output_tok_per_s is None or p.output_tok_per_s != p.output_tok_per_s:
+            result.doubts.append(
+                f"no steady window at {where}: raise --requests (several times the load)"
+                " or give --duration"
+            )
+    return result

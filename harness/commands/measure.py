@@ -9,7 +9,7 @@ import typer
 from engine.config import ConfigError, load_scenario
 from harness.commands import workload as w
 from harness.commands.report import report_run
-from harness.commands.schedule import conclude, execute, vocab
+from harness.commands.schedule import arm_manifest, conclude, execute, vocab
 from harness.errors import BenchError
 from harness.measure.arms import resolve
 from harness.show.console import fail, notes
@@ -44,7 +44,7 @@ def main(
         console.print(f"size [bold]{resolved.size}[/] ({resolved.size_reason})")
     plan = load.plan(resolved, {"A": arm}, ["A"], 1, period, shards)
     manifest = {"kind": "measure", "goodput": load.slos_ms, "slo_attainment": slo_attainment}
-    arms = [{**arm.manifest(), "scenario": None if url else resolved.to_dict()}]
+    arms = [arm_manifest(arm, resolved)]
     rundir, complete, result = execute(plan, console, out, load.measured, arms, **manifest)
     if report:
         console.print(f"report: {report_run(rundir.path)}")

@@ -9,7 +9,7 @@ import typer
 from engine.config import ConfigError, load_scenario
 from harness.commands import workload as w
 from harness.commands.report import report_run
-from harness.commands.schedule import conclude, execute, vocab
+from harness.commands.schedule import arm_manifest, conclude, execute, vocab
 from harness.errors import BenchError
 from harness.measure.arms import resolve_arms
 from harness.show.comparison import render
@@ -50,7 +50,7 @@ def _main(
     try:
         resolved = load_scenario(scenario, size)
         arms = resolve_arms(arm)
-        arm_manifests = [_arm_manifest(a, resolved) for a in arms]
+        arm_manifests = [arm_manifest(a, resolved) for a in arms]
         load = w.workload(resolved, vocab(resolved), **load_options)
     except (ConfigError, BenchError) as exc:
         fail(str(exc))
@@ -70,14 +70,6 @@ def _main(
     conclude(console, rundir, complete, result, render(result), as_json)
     if result.regression:
         raise typer.Exit(1)
-
-
-def _arm_manifest(arm, scenario) -> dict:
-    """The arm as resolved: its scenario with its overrides applied (none for a URL arm)."""
-    resolved = None
-    if arm.kind != "url":
-        resolved = load_scenario(scenario.name, scenario.size, arm.overrides).to_dict()
-    return {**arm.manifest(), "scenario": resolved}
 
 
 _main.__doc__ = HELP

@@ -67,6 +67,16 @@ def redacted(argv: list[str]) -> list[str]:
     return out
 
 
+def arm_manifest(arm, scenario) -> dict:
+    """The arm as resolved: its scenario with its overrides applied (none for a URL arm)."""
+    from engine.config import load_scenario
+
+    resolved = None
+    if arm.kind != "url":
+        resolved = load_scenario(scenario.name, scenario.size, arm.overrides).to_dict()
+    return {**arm.manifest(), "scenario": resolved}
+
+
 def vocab(scenario) -> int:
     from engine.models import vocab_size
 

@@ -1,5 +1,6 @@
 """`bench sweep TARGET --rates R1,R2,.. | --concurrencies C1,C2,..`: one steady measurement per
-load, the throughput-latency curve (sweep.png) and the saturation point."""
+load, the throughput-latency curve (sweep.png) and the saturation point; with `--arm` twice,
+the same sweep for two arms of the scenario TARGET, A B then B A at alternate loads."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ import typer
 
 from engine.config import ConfigError, load_scenario
 from harness.commands import workload as w
-from harness.commands.schedule import conclude, execute, vocab
+from harness.commands.schedule import arm_manifest, conclude, execute, vocab
 from harness.errors import BenchError
-from harness.measure.arms import resolve
+from harness.measure.arms import resolve, resolve_arms
 from harness.measure.arrivals import ArrivalSchedule
 from harness.measure.runner import SlotLoad
 from harness.show.console import fail, notes
@@ -23,6 +24,7 @@ def main(
     target: str = typer.Argument(..., help="A scenario (a fresh engine per point) or a URL."),
     rates: str | None = typer.Option(None, help="Request rates, e.g. 1,2,4,8 (open loop)."),
     concurrencies: str | None = typer.Option(None, help="Concurrencies, e.g. 1,4,16 (closed)."),
+    arm: list[str] = typer.Option([], "--arm", help="NAME=SPEC, twice: two arms (bench run's)."),
     scenario: str = typer.Option("qwen35", help="For a URL: the scenario whose load to send."),
     size: str | None = typer.Option(None, help="Model size (default: by machine)."),
     period: int = typer.Option(100, min=1, help="Span window in worker iterations."),
@@ -36,29 +38,37 @@ def main(
     url = target.startswith(("http://", "https://"))
     try:
         axis, loads = _loads(rates, concurrencies)
+        if arm and url:
+            raise BenchError("with --arm, TARGET is the scenario; give a URL as an arm's SPEC")
         resolved = load_scenario(scenario if url else target, size)
-        arm = resolve("A", target, target if url else "worktree")
+        arms = resolve_arms(arm) if arm else (resolve("A", target, target if url else "worktree"),)
         first = {"concurrency": 1} if axis == "concurrency" else {"request_rate": loads[0]}
         load = w.workload(resolved, vocab(resolved), **(load_options | first))
+        manifests = [arm_manifest(a, resolved) for a in arms]
     except (ConfigError, BenchError) as exc:
         fail(str(exc))
+    # each load once per arm, A B then B A, so drift over the sweep falls on both arms alike
+    orders = [[a.letter for a in arms][:: 1 if i % 2 == 0 else -1] for i in range(len(loads))]
+    letters = [letter for order in orders for letter in order]
+    at = [x for x, order in zip(loads, orders, strict=True) for _ in order]
     if axis == "rate":
         count, seed_ = len(load.requests), load.arrivals.seed
-        points = [
-            SlotLoad(load.concurrency, ArrivalSchedule(r, load.arrivals.burstiness, seed_, count))
-            for r in loads
-        ]
+        burst = load.arrivals.burstiness
+        points = [SlotLoad(load.concurrency, ArrivalSchedule(r, burst, seed_, count)) for r in at]
     else:
-        points = [SlotLoad(int(c)) for c in loads]
-    plan = load.plan(resolved, {"A": arm}, ["A"] * len(points), 1, period, shards, points)
+        points = [SlotLoad(int(c)) for c in at]
+    by_letter = {a.letter: a for a in arms}
+    plan = load.plan(resolved, by_letter, letters, len(arms), period, shards, points)
     manifest = {
         "kind": "sweep",
         "axis": axis,
-        "points": [{"server": f"A{i}", "load": x} for i, x in enumerate(loads)],
+        "points": [
+            {"server": f"{x}{i}", "letter": x, "load": v}
+            for i, (x, v) in enumerate(zip(letters, at, strict=True))
+        ],
         "goodput": load.slos_ms,
     }
-    arms = [{**arm.manifest(), "scenario": None if url else resolved.to_dict()}]
-    rundir, complete, result = execute(plan, console, out, load.measured, arms, **manifest)
+    rundir, complete, result = execute(plan, console, out, load.measured, manifests, **manifest)
     from harness.show.report.curve import draw_sweep  # matplotlib: only when drawing
 
     plot = draw_sweep(result, rundir.path / "sweep.png")

@@ -59,25 +59,32 @@ def render(m: Measurement) -> Group:
 
 def render_sweep(s: Sweep) -> Group:
     unit = "req/s" if s.axis == "rate" else "in flight"
-    columns = [
-        "tok/s",
-        "req/s",
-        *(c.removesuffix("_ms").replace("_", " ") for c in LATENCY_COLUMNS),
-    ]
-    points = table(f"{escape(s.label)}: sweep over {s.axis} (latencies in ms)", unit, *columns)
+    arms = len(s.labels) > 1
+    shown = [c for c in LATENCY_COLUMNS if c != "e2e_p50_ms"]  # 80 columns
+    columns = ["tok/s", "req/s", *(c.removesuffix("_ms").replace("_", " ") for c in shown)]
+    names = " against ".join(f"{x}: {escape(label)}" for x, label in reversed(s.labels.items()))
+    title = f"{names}: sweep over {s.axis} (latencies in ms)"
+    points = table(title, s.axis, *(["arm"] if arms else []), *columns)
     for p in s.points:
-        latencies = (number(p.latency_ms.get(c)) for c in LATENCY_COLUMNS)
-        mark = " *" if p.load == s.saturation else ""
+        latencies = (number(p.latency_ms.get(c)) for c in shown)
+        mark = " *" if p.load == s.saturation.get(p.letter) else ""
         points.add_row(
-            f"{p.load:g}{mark}", number(p.output_tok_per_s), number(p.request_per_s), *latencies
+            f"{p.load:g}{mark}",
+            *([p.letter] if arms else []),
+            number(p.output_tok_per_s),
+            number(p.request_per_s),
+            *latencies,
         )
-    said = (
-        f"saturation at {s.saturation:g} {unit} (*): more load bought little throughput"
-        if s.saturation is not None
-        else "no saturation within the sweep: throughput still grew with load"
-    )
-    parts: list = [points, said]
-    if s.peak is not None:
-        parts.append(f"highest throughput at {s.peak:g} {unit}")
+    parts: list = [points]
+    for letter, label in s.labels.items():
+        arm = f"{letter} ({escape(label)}): " if arms else ""
+        at = s.saturation.get(letter)
+        parts.append(
+            f"{arm}saturation at {at:g} {unit} (*): more load bought little throughput"
+            if at is not None
+            else f"{arm}no saturation within the sweep: throughput still grew with load"
+        )
+        if s.peak.get(letter) is not None:
+            parts.append(f"{arm}highest throughput at {s.peak[letter]:g} {unit}")
     parts += [f"[yellow]doubt:[/] {escape(d)}" for d in s.doubts]
     return Group(*parts)

@@ -41,20 +41,23 @@ def measurement_blocks(manifest: dict, m: Measurement) -> list[Block]:
 def sweep_blocks(manifest: dict, s: Sweep, plot: str) -> list[Block]:
     names = [c.removesuffix("_ms").replace("_", " ") for c in LATENCY_COLUMNS]
     rows = [
-        [f"{p.load:g}", number(p.output_tok_per_s), number(p.request_per_s)]
+        [f"{p.load:g}", p.letter, number(p.output_tok_per_s), number(p.request_per_s)]
         + [number(p.latency_ms.get(c)) for c in LATENCY_COLUMNS]
         for p in s.points
     ]
-    said = (
-        f"Saturation at {s.saturation:g}: the next step in load raised throughput by less "
-        "than a fifth of its own growth."
-        if s.saturation is not None
-        else "No saturation within the sweep."
-    )
+    said = []
+    for letter, label in s.labels.items():
+        at = s.saturation.get(letter)
+        said.append(
+            f"{letter} ({label}): saturation at {at:g}: the next step in load raised "
+            "throughput by less than a fifth of its own growth."
+            if at is not None
+            else f"{letter} ({label}): no saturation within the sweep."
+        )
     return [
-        Heading(f"Sweep over {s.axis}: {s.label}", 2),
-        Text(said),
-        Table([s.axis, "tok/s", "req/s", *(f"{n} (ms)" for n in names)], rows),
+        Heading(f"Sweep over {s.axis}: " + ", ".join(s.labels.values()), 2),
+        Bullets(said),
+        Table([s.axis, "arm", "tok/s", "req/s", *(f"{n} (ms)" for n in names)], rows),
         Image(plot, "throughput-latency curve", "Throughput against load; latency against it."),
         *_tail(manifest, s.doubts),
     ]
