@@ -48,6 +48,10 @@ class EngineConfig:
     # Decode steps replay CUDA graphs captured per batch bucket (engine/worker/graphs.py);
     # needs the CUDA kernels with FlashInfer attention (bf16/fp16). Off: every step eager.
     cuda_graphs: bool = True
+    # Prefill and mixed steps (and decode steps past the largest decode bucket) replay CUDA
+    # graphs of the token-wise pieces between the attention and Gated DeltaNet ops, captured
+    # per token bucket (engine/worker/piecewise.py); same requirements as cuda_graphs.
+    piecewise_graphs: bool = True
     # Resources that stage host data behind a non-blocking copy (the step inputs, FlashInfer's
     # plans) keep two host buffers used in turn; off: one (the staging hazard, for an A/B).
     double_buffer: bool = True

@@ -129,6 +129,9 @@ ROWS_PER_STEP = "worker.rows_per_step"
 TOKENS_PER_STEP = "worker.tokens_per_step"
 RUNNING_REQUESTS = "worker.running_requests"
 REQUESTS = "worker.requests"
+# Steps staged into a host buffer whose previous copy had not run (engine.double_buffer off
+# with the overlapped loop): each is a step that read another step's inputs.
+STAGING_HAZARDS = "worker.staging_hazards"
 
 
 def lap(parent: str, stage: str) -> str:

@@ -25,7 +25,9 @@ def write_kv(
     slot_mapping: torch.Tensor,
 ) -> None:
     """Store each new token's K/V at its slot (page * page_size + offset); a negative slot
-    (a padding row's token) stores nothing."""
+    (a padding row's token) stores nothing. Slots past k's tokens (a step padded to a token
+    bucket) are the padding's: ignored."""
+    slot_mapping = slot_mapping[: k.shape[0]]
     keep = slot_mapping >= 0
     k_cache.view(-1, *k_cache.shape[2:]).index_copy_(0, slot_mapping[keep], k[keep])
     v_cache.view(-1, *v_cache.shape[2:]).index_copy_(0, slot_mapping[keep], v[keep])

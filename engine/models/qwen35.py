@@ -140,12 +140,21 @@ class Qwen35ForCausalLM(nn.Module):
         (`batch.ops.begin_step`). Writes the step's K/V through slot_mapping and updates each
         row's state slot; a row with num_cached == 0 starts
         from a zero state, any other row continues from its slot (chunked prefill, decode)."""
+        x, residual = self.hidden_states(batch, cache)
+        return self.logits_at(x, residual, batch.last_token_index, batch.ops)
+
+    def hidden_states(self, batch: ForwardBatch, cache: KVCache):
+        """Every token's last-layer output and the residual stream beside it, [T, hidden]
+        each: the token-wise body of the step (what the piecewise graph runner captures)."""
         x, residual = self.model.embed_tokens(batch.input_ids), None
         cos, sin = self.rotary(batch.positions)
         for layer in self.model.layers:
             x, residual = layer(x, residual, cos, sin, batch, cache)
-        last = batch.last_token_index
-        hidden, _ = batch.ops.norm(x[last], self.model.norm, residual[last])
+        return x, residual
+
+    def logits_at(self, x, residual, rows: torch.Tensor, ops) -> torch.Tensor:
+        """Float32 logits of the tokens at `rows` (each row's last token)."""
+        hidden, _ = ops.norm(x[rows], self.model.norm, residual[rows])
         return self._head(hidden)
 
     @torch.no_grad()

@@ -20,6 +20,7 @@ from engine.layers.sampler import SamplingParams
 from engine.messages import AddRequest
 from engine.runtime.postprocess import StepOutput
 from engine.worker.graphs import DecodeGraphs
+from engine.worker.piecewise import PiecewiseGraphs
 from engine.worker.request import Request
 from engine.worker.scheduler import ScheduledRow, Scheduler
 from engine.worker.step_inputs import StepInputs
@@ -110,10 +111,15 @@ class Engine:
             config.max_tokens_per_step, config.max_rows, max_pages, self.device, slots
         )
         self._check_double_buffering()
-        self.graphs = None
-        if config.cuda_graphs and self.ops.attention_backend is not None:
+        self.graphs = self.piecewise = None
+        capturable = self.ops.attention_backend is not None  # the CUDA kernels, bf16/fp16
+        if config.cuda_graphs and capturable:
             self.graphs = DecodeGraphs(
                 model, self.cache, self.ops, self.inputs, config.max_rows, max_pages
+            )
+        if config.piecewise_graphs and capturable:
+            self.piecewise = PiecewiseGraphs(
+                model, self.cache, self.ops, self.inputs, config.max_tokens_per_step
             )
         self.requests: dict[int, Request] = {}
         self._arrivals = 0
@@ -158,6 +164,8 @@ class Engine:
         if self.graphs is not None and all(r.walk == "decode" for r in rows):
             step = self.graphs.replay(rows, feed_from, feed_index)
             logits, greedy = step.logits[: len(rows)], step.tokens[: len(rows)]
+        elif self.piecewise is not None:
+            logits = self.piecewise.run(rows, feed_from, feed_index)
         else:
             batch = self.inputs.stage(rows, self.cache, self.ops, feed_index=feed_index)
             batch.gather_fed_tokens(feed_from)

@@ -38,6 +38,7 @@ from engine.spans import (
     ROWS_PER_STEP,
     RUNNING_REQUESTS,
     SCHEDULE,
+    STAGING_HAZARDS,
     TOKENS_PER_STEP,
     lap,
 )
@@ -71,6 +72,7 @@ class Worker:
         self._launch_ns = (0, 0, 0)  # the last launch's start, scheduled, launched (timing on)
         self.overlap = overlap  # launch step N+1 before postprocessing step N
         self._in_flight: PendingStep | None = None  # launched, not yet postprocessed
+        self._hazards_seen = 0
 
     # --- messages ------------------------------------------------------------------------
     def handle(self, msg: object) -> None:
@@ -148,6 +150,9 @@ class Worker:
             self.timer.count(TOKENS_PER_STEP, sum(r.num_new for r in rows))
             self.timer.count(RUNNING_REQUESTS, len(self.engine.scheduler.running))
             self.timer.count(REQUESTS, len(self.engine.requests))
+            hazards = self.engine.inputs.hazards
+            self.timer.count(STAGING_HAZARDS, hazards - self._hazards_seen)
+            self._hazards_seen = hazards
             self.timer.end_iteration(len(rows))
         return True
 
