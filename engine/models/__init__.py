@@ -1,9 +1,10 @@
 """Model registry: architecture name -> its network, its graph node and its presets, and one
 way to build each.
 
-A network class provides `from_preset(preset, seed, dtype, device)` (seeded random weights)
-and `from_pretrained(path, dtype, device)` (a Hugging Face-format directory); a node class
-is built around the model's EOS ids (engine/runtime/graph.py, NodeSubmodule).
+A network class provides `random(config, seed, dtype, device)` (seeded random weights) and,
+where checkpoints load, `from_pretrained(path, dtype, device)` (a Hugging Face-format
+directory); a node class is built around the model's EOS ids (engine/runtime/graph.py,
+NodeSubmodule).
 """
 
 from __future__ import annotations
@@ -53,14 +54,27 @@ def build_model(
 ) -> nn.Module:
     """The model of a scenario: random weights of `preset` from `seed`, or `path`'s checkpoint
     (then preset and seed are not used). dtype may be a name such as "bfloat16"."""
-    network = architecture(arch).network
+    entry = architecture(arch)
+    dtype = _dtype(dtype)
+    if path is not None:
+        if not hasattr(entry.network, "from_pretrained"):
+            raise ValueError(f"{arch} loads no checkpoint yet: leave model.path unset")
+        return entry.network.from_pretrained(path, dtype, device)
+    return entry.network.random(_preset(arch, entry.presets, preset), seed, dtype, device)
+
+
+def _preset(arch: str, presets: Mapping[str, Any], preset: str):
+    if preset not in presets:
+        raise ValueError(f"unknown {arch} preset {preset!r}; presets: {', '.join(presets)}")
+    return presets[preset]
+
+
+def _dtype(dtype: str | torch.dtype) -> torch.dtype:
     if isinstance(dtype, str):
         if not isinstance(getattr(torch, dtype, None), torch.dtype):
             raise ValueError(f"unknown dtype {dtype!r}; use e.g. float32 or bfloat16")
         dtype = getattr(torch, dtype)
-    if path is not None:
-        return network.from_pretrained(path, dtype, device)
-    return network.from_preset(preset, seed, dtype, device)
+    return dtype
 
 
 def build_node(
