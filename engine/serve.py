@@ -94,7 +94,7 @@ async def _serve(scenario: Scenario, sock: socket.socket, ipc_path: str, server_
         await asyncio.wait([client.ready, *ends], return_when=asyncio.FIRST_COMPLETED)
         if not any(end.done() for end in ends):
             ready = client.ready.result()
-            on_ready(app, ready.vocab_size, ready.max_model_len)
+            on_ready(app, ready.vocab_size, ready.max_model_len, ready.speech)
             log.info(
                 "listening on http://%s:%d  scenario=%s size=%s device=%s parameters=%s",
                 host,

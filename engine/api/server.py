@@ -1,4 +1,5 @@
-"""The OpenAI-compatible HTTP API: /v1/completions (SSE streaming), /health, /v1/models.
+"""The OpenAI-compatible HTTP API: /v1/completions (SSE streaming), /v1/audio/speech (raw PCM,
+speech.py; for a model that speaks), /health, /v1/models.
 
 Every request is validated before it reaches the worker (validate.py): any body gets a 4xx or
 a 200, never a 500. A client that goes away mid-stream aborts its request, so the worker frees
@@ -16,9 +17,10 @@ import msgspec
 import msgspec.structs
 from aiohttp import web
 
+from engine.api.speech import SpeechParams, stream_pcm, validate_speech
 from engine.api.validate import ApiError, CompletionParams, Limits, validate_completion
 from engine.api.worker_client import STATS_TIMEOUT_S, WorkerClient, WorkerUnavailable
-from engine.messages import AddRequest, TokenFrame
+from engine.messages import AddRequest, SpeechFormat, TokenFrame
 
 log = logging.getLogger("engine.api")
 _json = msgspec.json.Encoder()
@@ -86,6 +88,8 @@ async def completions(request: web.Request) -> web.StreamResponse:
     client, state = request.app[CLIENT], request.app[STATE]
     if state["limits"] is None:
         raise ApiError(503, "the worker is still starting; poll /health")
+    if state["speech"] is not None:
+        raise ApiError(404, f"{state['model']} speaks: its output is audio (/v1/audio/speech)")
     params = validate_completion(_parse_json(await request.read()), state["limits"])
     rid, queue = client.submit(lambda rid: _add_request(rid, params))
     state["max_in_flight"] = max(state["max_in_flight"], client.in_flight)
@@ -95,6 +99,24 @@ async def completions(request: web.Request) -> web.StreamResponse:
             response = await _stream(request, rid, queue, params, state["model"])
         else:
             response = await _collect(client, rid, queue, params, state["model"])
+        done = True
+        return response
+    finally:
+        client.release(rid, abort=not done)
+
+
+async def speech(request: web.Request) -> web.StreamResponse:
+    client, state = request.app[CLIENT], request.app[STATE]
+    if state["limits"] is None:
+        raise ApiError(503, "the worker is still starting; poll /health")
+    if state["speech"] is None:
+        raise ApiError(404, f"{state['model']} does not speak: it has no /v1/audio/speech")
+    params = validate_speech(_parse_json(await request.read()), state["limits"], state["speech"])
+    rid, queue = client.submit(lambda rid: _speech_request(rid, params))
+    state["max_in_flight"] = max(state["max_in_flight"], client.in_flight)
+    done = False
+    try:
+        response = await stream_pcm(request, queue, state["speech"])
         done = True
         return response
     finally:
@@ -127,6 +149,14 @@ def _add_request(rid: int, p: CompletionParams) -> AddRequest:
         seed=p.seed,
         logprobs=p.logprobs,
     )
+
+
+def _speech_request(rid: int, p: SpeechParams) -> AddRequest:
+    s = p.sampling
+    return AddRequest(
+        rid=rid, prompt=p.prompt, max_tokens=p.max_tokens, ignore_eos=s.ignore_eos,
+        temperature=s.temperature, top_p=s.top_p, top_k=s.top_k, seed=s.seed,
+    )  # fmt: skip
 
 
 def _choice(frame: TokenFrame, finish: str | None, text: str = "") -> dict:
@@ -208,15 +238,21 @@ async def _collect(client, rid, queue, params: CompletionParams, model: str) -> 
 def build_app(client: WorkerClient, model: str, max_body: int) -> web.Application:
     app = web.Application(client_max_size=max_body, middlewares=[errors_as_json])
     app[CLIENT] = client
-    app[STATE] = {"model": model, "limits": None, "max_model_len": 0, "max_in_flight": 0}
+    app[STATE] = {
+        "model": model, "limits": None, "speech": None, "max_model_len": 0, "max_in_flight": 0
+    }  # fmt: skip
     app.router.add_post("/v1/completions", completions)
+    app.router.add_post("/v1/audio/speech", speech)
     app.router.add_get("/health", health)
     app.router.add_get("/v1/models", models)
     app.router.add_get("/v1/engine/stats", engine_stats)
     return app
 
 
-def on_ready(app: web.Application, vocab_size: int, max_model_len: int) -> None:
+def on_ready(
+    app: web.Application, vocab_size: int, max_model_len: int, speech: SpeechFormat | None = None
+) -> None:
     state = app[STATE]
     state["limits"] = Limits(vocab_size, max_model_len, state["model"])
     state["max_model_len"] = max_model_len
+    state["speech"] = speech

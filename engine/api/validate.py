@@ -1,4 +1,5 @@
-"""Validation of /v1/completions bodies: every field checked, unsupported ones refused.
+"""Validation of request bodies: every field checked, unsupported ones refused. Here the
+checks every endpoint shares and /v1/completions; /v1/audio/speech in speech.py.
 
 A bad body raises ApiError naming the field (HTTP 400); nothing is silently dropped or
 defaulted past what the OpenAI API itself defaults.
@@ -123,6 +124,28 @@ def _bool_field(body: dict, name: str, default: bool) -> bool:
     return value
 
 
+def token_ids(value, field: str, limits: Limits) -> list[int]:
+    """A non-empty list of ids in the vocabulary (a prompt, a speech input)."""
+    if not isinstance(value, list) or not value:
+        raise ApiError(400, f"{field} must be a non-empty list of token ids", field)
+    if any(isinstance(p, list) for p in value):
+        raise ApiError(
+            400, f"batched {field}s are not supported: send one {field} per request", field
+        )
+    for i, token in enumerate(value):
+        if not _is_int(token):
+            raise ApiError(
+                400, f"{field}[{i}] must be an integer token id, got {_show(token)}", field
+            )
+        if not 0 <= token < limits.vocab_size:
+            raise ApiError(
+                400,
+                f"{field}[{i}]={token} is outside the vocabulary [0, {limits.vocab_size})",
+                field,
+            )
+    return value
+
+
 def _prompt(body: dict, limits: Limits) -> list[int]:
     if "prompt" not in body:
         raise ApiError(400, "prompt is required", "prompt")
@@ -133,35 +156,24 @@ def _prompt(body: dict, limits: Limits) -> list[int]:
             "text prompts need a tokenizer and this model ships none: send token ids",
             "prompt",
         )
-    if not isinstance(prompt, list) or not prompt:
-        raise ApiError(400, "prompt must be a non-empty list of token ids", "prompt")
-    if any(isinstance(p, list) for p in prompt):
-        raise ApiError(
-            400, "batched prompts are not supported: send one prompt per request", "prompt"
-        )
-    for i, token in enumerate(prompt):
-        if not _is_int(token):
-            raise ApiError(
-                400, f"prompt[{i}] must be an integer token id, got {_show(token)}", "prompt"
-            )
-        if not 0 <= token < limits.vocab_size:
-            raise ApiError(
-                400,
-                f"prompt[{i}]={token} is outside the vocabulary [0, {limits.vocab_size})",
-                "prompt",
-            )
-    return prompt
+    return token_ids(prompt, "prompt", limits)
 
 
-def validate_completion(body: object, limits: Limits) -> CompletionParams:
+def check_fields(body: object, accepted: set[str], off_values: dict[str, tuple]) -> dict:
+    """The body as a dict whose every field is accepted, or one this server does not
+    implement holding its "off" value."""
     if not isinstance(body, dict):
         raise ApiError(400, "the request body must be a JSON object")
     for key, value in body.items():
-        if key in _OFF_VALUES:
-            if value not in _OFF_VALUES[key]:
+        if key in off_values:
+            if value not in off_values[key]:
                 raise ApiError(400, f"{key}={_show(value)} is not supported by this server", key)
-        elif key not in _ACCEPTED:
+        elif key not in accepted:
             raise ApiError(400, f"unknown or unsupported field {_show(key)}", key)
+    return body
+
+
+def check_model(body: dict, limits: Limits) -> None:
     model = body.get("model", limits.model)
     if not isinstance(model, str):
         raise ApiError(400, f"model must be a string, got {_show(model)}", "model")
@@ -171,19 +183,51 @@ def validate_completion(body: object, limits: Limits) -> CompletionParams:
             f"model {_show(model)} is not served here; this server serves {limits.model!r}",
             "model",
         )
-    prompt = _prompt(body, limits)
-    max_tokens = _int_field(body, "max_tokens", 16, 1, INT64_MAX, "a positive integer")
-    if len(prompt) + max_tokens > limits.max_model_len:
+
+
+def max_tokens_field(body: dict, default: int, prompt_tokens: int, limits: Limits) -> int:
+    """max_tokens, which with the prompt must fit the context window."""
+    max_tokens = _int_field(body, "max_tokens", default, 1, INT64_MAX, "a positive integer")
+    if prompt_tokens + max_tokens > limits.max_model_len:
         raise ApiError(
             400,
-            f"prompt ({len(prompt)} tokens) + max_tokens ({max_tokens}) exceeds the context "
+            f"prompt ({prompt_tokens} tokens) + max_tokens ({max_tokens}) exceeds the context "
             f"window of {limits.max_model_len} tokens",
             "max_tokens",
         )
-    temperature = _float_field(body, "temperature", 1.0, lambda t: t >= 0, "a finite number >= 0")
-    top_p = _float_field(body, "top_p", 1.0, lambda p: 0 < p <= 1, "a number in (0, 1]")
-    top_k = _int_field(body, "top_k", 0, -1, INT32_MAX, "-1, 0 (off) or a positive int32")
-    seed = _int_field(body, "seed", None, INT64_MIN, INT64_MAX, "an int64")
+    return max_tokens
+
+
+@dataclass(frozen=True)
+class Sampling:
+    ignore_eos: bool
+    temperature: float
+    top_p: float
+    top_k: int
+    seed: int | None
+
+
+def sampling_fields(body: dict) -> Sampling:
+    """ignore_eos, temperature, top_p, top_k (-1 means off, as 0) and seed."""
+    return Sampling(
+        ignore_eos=_bool_field(body, "ignore_eos", False),
+        temperature=_float_field(
+            body, "temperature", 1.0, lambda t: t >= 0, "a finite number >= 0"
+        ),
+        top_p=_float_field(body, "top_p", 1.0, lambda p: 0 < p <= 1, "a number in (0, 1]"),
+        top_k=max(
+            _int_field(body, "top_k", 0, -1, INT32_MAX, "-1, 0 (off) or a positive int32"), 0
+        ),
+        seed=_int_field(body, "seed", None, INT64_MIN, INT64_MAX, "an int64"),
+    )
+
+
+def validate_completion(body: object, limits: Limits) -> CompletionParams:
+    body = check_fields(body, _ACCEPTED, _OFF_VALUES)
+    check_model(body, limits)
+    prompt = _prompt(body, limits)
+    max_tokens = max_tokens_field(body, 16, len(prompt), limits)
+    sampling = sampling_fields(body)
     logprobs = body.get("logprobs")
     if not (
         logprobs is None or isinstance(logprobs, bool) or (_is_int(logprobs) and logprobs == 0)
@@ -200,11 +244,11 @@ def validate_completion(body: object, limits: Limits) -> CompletionParams:
     return CompletionParams(
         prompt=prompt,
         max_tokens=max_tokens,
-        ignore_eos=_bool_field(body, "ignore_eos", False),
-        temperature=temperature,
-        top_p=top_p,
-        top_k=max(top_k, 0),
-        seed=seed,
+        ignore_eos=sampling.ignore_eos,
+        temperature=sampling.temperature,
+        top_p=sampling.top_p,
+        top_k=sampling.top_k,
+        seed=sampling.seed,
         logprobs=logprobs is True or _is_int(logprobs),
         stream=_bool_field(body, "stream", False),
     )
