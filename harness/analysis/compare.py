@@ -100,21 +100,20 @@ def compare(
     labels: Mapping[str, str],
     *,
     external: Collection[str] = (),
-    tokens_per_audio_s: float | None = None,
+    audio: bool = False,
     headline: str = HEADLINE,
     rule: Rule = Rule(),
     waits: tuple[str, ...] = phases.POSTPROCESS_WAITS,
 ) -> Comparison:
     """Compare arm B against arm A, the rows told apart by their letter (so an A/A run of one
     arm works). `labels` maps "A"/"B" to the manifest's arm labels; `external` names the
-    letters whose arm is an external URL (no spans expected)."""
+    letters whose arm is an external URL (no spans expected). `audio`: a speech load, whose
+    figures are audio-seconds/s, TTFA and RTF (metrics.figures)."""
     if spans is None or spans.empty:
         spans = empty("spans")
-    per_server = metrics.server_summary(requests, servers, tokens_per_audio_s)
-    per_arm = metrics.arm_summary(requests, servers, tokens_per_audio_s).set_index("letter")
-    figures = [
-        _figure_row(fig, per_server, per_arm, rule) for fig in metrics.figures(tokens_per_audio_s)
-    ]
+    per_server = metrics.server_summary(requests, servers, audio)
+    per_arm = metrics.arm_summary(requests, servers, audio).set_index("letter")
+    figures = [_figure_row(fig, per_server, per_arm, rule) for fig in metrics.figures(audio)]
     result = Comparison(
         labels={letter: labels.get(letter, letter) for letter in LETTERS},
         headline=headline,

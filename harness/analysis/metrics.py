@@ -19,6 +19,9 @@ from harness.analysis.schema import SERVER_KEY
 QUANTILES = {"p50": 0.50, "p90": 0.90, "p99": 0.99}
 STATS = [*QUANTILES, "mean"]
 LATENCIES = ["ttft", "tpot", "itl", "e2e"]
+AUDIO_LATENCIES = ["ttfa", "e2e"]
+# OpenAI's response_format `pcm`, what /v1/audio/speech streams: 24 kHz, 16-bit, mono.
+PCM_BYTES_PER_S = 24_000 * 2
 
 
 @dataclass(frozen=True)
@@ -31,15 +34,25 @@ class Figure:
     higher_is_better: bool
 
 
-def figures(tokens_per_audio_s: float | None = None) -> list[Figure]:
-    """The figures compared, headline first."""
-    out = [Figure("output_tok_per_s", "output tok/s (steady)", "tok/s", True)]
-    if tokens_per_audio_s:
-        out.append(Figure("audio_s_per_s", "audio-seconds/s (steady)", "audio-s/s", True))
-    out.append(Figure("output_tok_per_s_run", "output tok/s (whole run)", "tok/s", True))
-    for metric in LATENCIES:
+def figures(audio: bool = False) -> list[Figure]:
+    """The figures compared, headline first: tokens, or audio for a speech load."""
+    if audio:
+        out = [
+            Figure("audio_s_per_s", "audio-seconds/s (steady)", "audio-s/s", True),
+            Figure("audio_s_per_s_run", "audio-seconds/s (whole run)", "audio-s/s", True),
+        ]
+        latencies = AUDIO_LATENCIES
+    else:
+        out = [
+            Figure("output_tok_per_s", "output tok/s (steady)", "tok/s", True),
+            Figure("output_tok_per_s_run", "output tok/s (whole run)", "tok/s", True),
+        ]
+        latencies = LATENCIES
+    for metric in latencies:
         for stat in ("p50", "p99"):
             out.append(Figure(f"{metric}_{stat}_ms", f"{metric.upper()} {stat}", "ms", False))
+    if audio:
+        out += [Figure(f"rtf_{stat}", f"RTF {stat}", "x", False) for stat in ("p50", "p99")]
     return out
 
 
@@ -111,37 +124,86 @@ def latency_ms(requests: pd.DataFrame) -> dict[str, float]:
     return out
 
 
-def steady_tok_per_s(requests: pd.DataFrame, start_s: float | None, end_s: float | None) -> float:
-    """Output tokens of completed requests arriving in [start_s, end_s], per second of window;
-    NaN without a window or without measured requests."""
-    if (
+def _no_window(requests: pd.DataFrame, start_s: float | None, end_s: float | None) -> bool:
+    return (
         measured(requests).empty
         or start_s is None
         or end_s is None
         or pd.isna(start_s)
         or pd.isna(end_s)
         or end_s <= start_s
-    ):
+    )
+
+
+def steady_tok_per_s(requests: pd.DataFrame, start_s: float | None, end_s: float | None) -> float:
+    """Output tokens of completed requests arriving in [start_s, end_s], per second of window;
+    NaN without a window or without measured requests."""
+    if _no_window(requests, start_s, end_s):
         return float("nan")
     times = token_times(completed(requests))
     return int(((times >= start_s) & (times <= end_s)).sum()) / (end_s - start_s)
 
 
-def run_tok_per_s(requests: pd.DataFrame) -> float:
-    """Output tokens of completed requests over the measured run: first send to last end."""
+def audio_s(requests: pd.DataFrame) -> pd.Series:
+    """Seconds of audio each request received: its PCM bytes / PCM_BYTES_PER_S."""
+    return requests["audio_bytes"].map(lambda pieces: float(np.sum(pieces))) / PCM_BYTES_PER_S
+
+
+def rtf(requests: pd.DataFrame) -> pd.Series:
+    """Real-time factor: E2E over the seconds of audio received (below 1: faster than it
+    plays); NaN for a request that received no audio."""
+    seconds = audio_s(requests)
+    return e2e_s(requests) / seconds.where(seconds > 0)
+
+
+def steady_audio_s_per_s(
+    requests: pd.DataFrame, start_s: float | None, end_s: float | None
+) -> float:
+    """Seconds of audio of completed requests arriving in [start_s, end_s] (each piece of
+    PCM counted at its arrival), per second of window; NaN without a window."""
+    if _no_window(requests, start_s, end_s):
+        return float("nan")
+    done = completed(requests)
+    times = np.concatenate([np.asarray(t, dtype=float) for t in done["audio_times_s"]] or [[]])
+    sizes = np.concatenate([np.asarray(b, dtype=float) for b in done["audio_bytes"]] or [[]])
+    inside = sizes[(times >= start_s) & (times <= end_s)].sum()
+    return float(inside) / PCM_BYTES_PER_S / (end_s - start_s)
+
+
+def run_audio_s_per_s(requests: pd.DataFrame) -> float:
+    """Audio seconds of completed requests over the measured run: first send to last end."""
+    span = _run_span(requests)
+    return float(audio_s(completed(requests)).sum()) / span if span else float("nan")
+
+
+def _run_span(requests: pd.DataFrame) -> float | None:
+    """Seconds from the first measured send to the last measured end; None when empty."""
     rows = measured(requests)
     if rows.empty:
-        return float("nan")
+        return None
     span = rows["end_s"].astype(float).max() - rows["send_s"].min()
-    if not span > 0:
-        return float("nan")
-    return float(completed(requests)["output_tokens"].sum()) / span
+    return span if span > 0 else None
+
+
+def run_tok_per_s(requests: pd.DataFrame) -> float:
+    """Output tokens of completed requests over the measured run: first send to last end."""
+    span = _run_span(requests)
+    return float(completed(requests)["output_tokens"].sum()) / span if span else float("nan")
+
+
+def audio_latency(requests: pd.DataFrame) -> dict[str, float]:
+    """`ttfa_<stat>_ms` and `rtf_<stat>` over the completed requests given. TTFA is the TTFT
+    of a speech reply: its first output is its first audio."""
+    done = completed(requests)
+    out = {f"ttfa_{k}_ms": v for k, v in distribution(np.asarray(ttft_s(done)) * 1e3).items()}
+    return out | {f"rtf_{k}": v for k, v in distribution(np.asarray(rtf(done))).items()}
 
 
 def server_summary(
-    requests: pd.DataFrame, servers: pd.DataFrame, tokens_per_audio_s: float | None = None
+    requests: pd.DataFrame, servers: pd.DataFrame, audio: bool = False
 ) -> pd.DataFrame:
-    """One row per server (schedule order): counts, throughputs and latency percentiles."""
+    """One row per server (schedule order): counts, throughputs and latency percentiles; with
+    `audio` (a speech load) its audio seconds, audio-seconds/s, TTFA and RTF too."""
     groups: Mapping = dict(list(requests.groupby(SERVER_KEY))) if len(requests) else {}
     rows = []
     for server in servers.sort_values(["block", "slot"]).itertuples(index=False):
@@ -159,27 +221,33 @@ def server_summary(
             "output_tok_per_s": tok_s,
             "output_tok_per_s_run": run_tok_per_s(reqs),
         }
-        if tokens_per_audio_s:
-            row["audio_s_per_s"] = tok_s / tokens_per_audio_s
+        if audio:
+            start, end = server.steady_start_s, server.steady_end_s
+            row["audio_s"] = float(audio_s(completed(reqs)).sum())
+            row["audio_s_per_s"] = steady_audio_s_per_s(reqs, start, end)
+            row["audio_s_per_s_run"] = run_audio_s_per_s(reqs)
+            row |= audio_latency(reqs)
         rows.append(row | latency_ms(reqs))
     return pd.DataFrame(rows)
 
 
-def arm_summary(
-    requests: pd.DataFrame, servers: pd.DataFrame, tokens_per_audio_s: float | None = None
-) -> pd.DataFrame:
+def arm_summary(requests: pd.DataFrame, servers: pd.DataFrame, audio: bool = False) -> pd.DataFrame:
     """One row per arm (letter): throughputs are the mean over its servers; latency
     percentiles pool the requests of all its servers."""
-    per_server = server_summary(requests, servers, tokens_per_audio_s)
-    rates = [
-        c for c in ("output_tok_per_s", "output_tok_per_s_run", "audio_s_per_s") if c in per_server
-    ]
+    per_server = server_summary(requests, servers, audio)
+    rates = ["output_tok_per_s", "output_tok_per_s_run"]
+    rates += ["audio_s_per_s", "audio_s_per_s_run"] if audio else []
+    counts = ["requests", "failed", "output_tokens", "timed_tokens"] + (
+        ["audio_s"] if audio else []
+    )
     rows = []
     for letter, group in per_server.groupby("letter", sort=False):
+        pooled = requests[requests["letter"] == letter]
         rows.append(
             {"letter": letter, "servers": len(group)}
-            | group[["requests", "failed", "output_tokens", "timed_tokens"]].sum().to_dict()
+            | group[counts].sum().to_dict()
             | group[rates].mean().to_dict()
-            | latency_ms(requests[requests["letter"] == letter])
+            | latency_ms(pooled)
+            | (audio_latency(pooled) if audio else {})
         )
     return pd.DataFrame(rows)

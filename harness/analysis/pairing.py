@@ -13,6 +13,7 @@ from pathlib import PurePath
 import pandas as pd
 
 from harness.analysis.compare import Comparison, compare
+from harness.analysis.summary import speaks
 
 Run = tuple[dict, dict[str, pd.DataFrame]]  # a run directory's manifest and tables
 
@@ -46,6 +47,7 @@ def pair_runs(
         frames["servers"],
         labels,
         external=external,
+        audio=speaks(a[0]),
         headline=a[0]["scenario"]["headline"],
     )
     result.doubts[:0] = _doubts(runs, labels)

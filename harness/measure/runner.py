@@ -183,6 +183,7 @@ def _drive(plan, url, model, slot, status, show, stop):
                 model=model,
                 shards=plan.shards,
                 send_for_s=plan.duration_s,
+                api=plan.scenario.load.api,
             )
         finally:
             stop.bind(None, None)
