@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from engine.models.decoder import check_eos
 from engine.models.hf_checkpoint import CheckpointError
 
 FULL, LINEAR = "full_attention", "linear_attention"
@@ -42,10 +43,7 @@ class Qwen35Config:
         known = set(self.layer_types) <= {FULL, LINEAR}
         if len(self.layer_types) != self.num_hidden_layers or not known:
             raise ValueError(f"layer_types must be {self.num_hidden_layers} of {FULL!r}/{LINEAR!r}")
-        if not self.eos_token_ids or not all(0 <= t < self.vocab_size for t in self.eos_token_ids):
-            raise ValueError(
-                f"eos_token_ids must be ids below vocab_size, got {self.eos_token_ids}"
-            )
+        check_eos(self.eos_token_ids, self.vocab_size)
 
     @property
     def rotary_dim(self) -> int:

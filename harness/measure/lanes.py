@@ -16,6 +16,7 @@ import msgspec
 
 from harness.analysis.schema import RequestRecord, Slot
 from harness.measure.http_client import Endpoint, Lane
+from harness.measure.pcm import PcmReader
 from harness.measure.request_sequence import RequestSequence, RequestSpec
 from harness.measure.sse import ResponseReader
 
@@ -47,6 +48,7 @@ class Job(msgspec.Struct, array_like=True):
     ramp_s: float
     timeout_s: float
     send_for_s: float | None = None
+    api: str = "completions"  # or "speech": /v1/audio/speech, raw PCM back
 
 
 class LaneSummary(msgspec.Struct, array_like=True):
@@ -129,14 +131,7 @@ class Lanes:
     async def _request(self, conn: Lane, index: int, intended: float) -> float:
         job, t0 = self.job, self.t0
         spec = job.requests[index]
-        body = {
-            "prompt": spec.prompt,
-            "max_tokens": spec.max_tokens,
-            "ignore_eos": True,
-            "temperature": 0.0,
-            "stream": True,
-            "stream_options": {"include_usage": True},
-        }
+        body = request_body(job.api, spec)
         if job.model is not None:
             body["model"] = job.model
         data = msgspec.json.encode(body)
@@ -149,7 +144,7 @@ class Lanes:
         if self.busy_s is None and self.sent - self.done == len(self.lanes):
             self.busy_s = time.perf_counter() - t0
         rec.send_s = time.perf_counter() - t0
-        reader = ResponseReader(rec, t0)
+        reader = PcmReader(rec, t0) if job.api == "speech" else ResponseReader(rec, t0)
         try:
             rec.status = await conn.post(data, headers, reader.feed, job.timeout_s)
             reader.finish()
@@ -169,6 +164,23 @@ class Lanes:
             if rec.warmup:
                 self.warmup_done_s = max(self.warmup_done_s or 0.0, rec.end_s)
         return rec.end_s
+
+
+_EXACT = {"ignore_eos": True, "temperature": 0.0}
+
+
+def request_body(api: str, spec: RequestSpec) -> dict:
+    """The body of one request: its prompt (a speech request's input) as token ids, its
+    length exact (ignore_eos), greedy."""
+    if api == "speech":
+        body = {"input": spec.prompt, "response_format": "pcm", "max_tokens": spec.max_tokens}
+        return body | _EXACT
+    return {
+        "prompt": spec.prompt,
+        "max_tokens": spec.max_tokens,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    } | _EXACT
 
 
 async def every(interval_s: float, tick: Callable[[], None]) -> None:
