@@ -8,6 +8,8 @@ Parameter names are Hugging Face's (`model.embed_tokens`, `model.layers.N.mlp.ga
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -67,6 +69,20 @@ class DecoderStack(nn.Module):
         self.embed_tokens = nn.Embedding(vocab, hidden)
         self.layers = nn.ModuleList(layers)
         self.norm = RMSNorm(hidden, eps)
+
+
+@dataclass(frozen=True)
+class DecoderShapes:
+    """The sizes every decoder's config starts with (Hugging Face's names); a model's config
+    adds its own fields after them."""
+
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
 
 
 def check_eos(eos_token_ids: tuple[int, ...], vocab_size: int) -> None:

@@ -17,19 +17,12 @@ import torch
 from engine.batch import ForwardBatch
 from engine.cache import CacheShapes, KVCache
 from engine.layers.attention import Attention
-from engine.models.decoder import CausalLM, DecoderLayer, check_eos
+from engine.models.decoder import CausalLM, DecoderLayer, DecoderShapes, check_eos
 from engine.models.random_weights import decoder_weight, random_model, seeded
 
 
 @dataclass(frozen=True)
-class LlamaConfig:
-    vocab_size: int
-    hidden_size: int
-    intermediate_size: int
-    num_hidden_layers: int
-    num_attention_heads: int
-    num_key_value_heads: int
-    head_dim: int
+class LlamaConfig(DecoderShapes):
     eos_token_ids: tuple[int, ...]
     rope_theta: float = 500_000.0
     rms_norm_eps: float = 1e-5

@@ -5,21 +5,14 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from engine.models.decoder import check_eos
+from engine.models.decoder import DecoderShapes, check_eos
 from engine.models.hf_checkpoint import CheckpointError
 
 FULL, LINEAR = "full_attention", "linear_attention"
 
 
 @dataclass(frozen=True)
-class Qwen35Config:
-    vocab_size: int
-    hidden_size: int
-    intermediate_size: int
-    num_hidden_layers: int
-    num_attention_heads: int
-    num_key_value_heads: int
-    head_dim: int
+class Qwen35Config(DecoderShapes):
     linear_num_key_heads: int
     linear_num_value_heads: int
     linear_key_head_dim: int
