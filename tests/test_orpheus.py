@@ -267,7 +267,10 @@ def test_worker_streams_each_requests_windows_through_both_nodes(snac, overlap):
     assert_pools_full(worker)
 
 
-def test_an_eos_stream_ends_with_stop_after_its_last_window():
+@pytest.mark.parametrize("overlap", [False, True])
+def test_an_eos_stream_ends_with_stop_after_its_last_window(overlap):
+    """Under the overlapped loop too: the step launched after the EOS step is dropped for
+    the stopped row (INVARIANTS 27), and the codec ends after the stream's last window."""
     probe, _, sent = orpheus_worker()
     probe.handle(AddRequest(0, [5, 6, 7], 40, ignore_eos=True, temperature=0))
     while probe.iteration():
@@ -275,8 +278,9 @@ def test_an_eos_stream_ends_with_stop_after_its_last_window():
     eos = sent[0][31]  # greedy: the 32nd token (4 frames and 4 tokens) is this id
     scenario = load_scenario("orpheus", "tiny")
     spec = replace(scenario.model, eos_token_ids=[eos])
+    config = replace(scenario.engine, overlap=overlap)
     frames: list = []
-    worker = build_worker(spec, scenario.engine, PhaseTimer(0, "o", []), frames.append)
+    worker = build_worker(spec, config, PhaseTimer(0, "o", []), frames.append)
     worker.handle(AddRequest(0, [5, 6, 7], 40, ignore_eos=False, temperature=0))
     while worker.iteration():
         pass
@@ -287,8 +291,11 @@ def test_an_eos_stream_ends_with_stop_after_its_last_window():
     assert_pools_full(worker)
 
 
-def test_an_abort_mid_stream_frees_both_nodes():
-    worker, frames, _ = orpheus_worker()
+@pytest.mark.parametrize("overlap", [False, True])
+def test_an_abort_mid_stream_frees_both_nodes(overlap):
+    """Under the overlapped loop too: the aborted request's row in the step in flight is
+    dropped, no frame follows its abort, and both nodes' state of it is freed at once."""
+    worker, frames, _ = orpheus_worker(overlap=overlap)
     for rid in range(3):
         worker.handle(AddRequest(rid, [rid + 3] * 5, 42, ignore_eos=True, temperature=0))
     while not any(f.rid == 1 and f.audio for step in frames for f in step.frames):
