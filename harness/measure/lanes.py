@@ -70,6 +70,19 @@ def until(job: Job, t0: float, take: Callable[[], int | None]) -> Callable[[], i
     return lambda: take() if time.perf_counter() < deadline else None
 
 
+def request_body(job: Job, spec: RequestSpec) -> bytes:
+    """The JSON body of one request: exact lengths (ignore_eos), greedy; a completion streamed
+    with usage, a speech request (`job.api` "speech") its input as token ids and PCM back."""
+    body = {"max_tokens": spec.max_tokens, "ignore_eos": True, "temperature": 0.0}
+    if job.api == "speech":
+        body |= {"input": spec.prompt, "response_format": "pcm"}
+    else:
+        body |= {"prompt": spec.prompt, "stream": True, "stream_options": {"include_usage": True}}
+    if job.model is not None:
+        body["model"] = job.model
+    return msgspec.json.encode(body)
+
+
 class Lanes:
     """One event loop's lanes (their numbers among all C); `take()` gives the next index of the
     sequence, or None once it is exhausted."""
@@ -131,10 +144,7 @@ class Lanes:
     async def _request(self, conn: Lane, index: int, intended: float) -> float:
         job, t0 = self.job, self.t0
         spec = job.requests[index]
-        body = request_body(job.api, spec)
-        if job.model is not None:
-            body["model"] = job.model
-        data = msgspec.json.encode(body)
+        data = request_body(job, spec)
         headers = b"Content-Type: application/json\r\nX-Request-Id: %d\r\n" % index
         warmup = index < job.warmup
         rec = RequestRecord(
@@ -164,23 +174,6 @@ class Lanes:
             if rec.warmup:
                 self.warmup_done_s = max(self.warmup_done_s or 0.0, rec.end_s)
         return rec.end_s
-
-
-_EXACT = {"ignore_eos": True, "temperature": 0.0}
-
-
-def request_body(api: str, spec: RequestSpec) -> dict:
-    """The body of one request: its prompt (a speech request's input) as token ids, its
-    length exact (ignore_eos), greedy."""
-    if api == "speech":
-        body = {"input": spec.prompt, "response_format": "pcm", "max_tokens": spec.max_tokens}
-        return body | _EXACT
-    return {
-        "prompt": spec.prompt,
-        "max_tokens": spec.max_tokens,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-    } | _EXACT
 
 
 async def every(interval_s: float, tick: Callable[[], None]) -> None:

@@ -1,5 +1,4 @@
-"""One streamed completion read as it arrives: SSE events counted into token arrival times;
-and what every reply reader shares (`ReplyReader`; the speech reply's is pcm.py).
+"""One streamed completion read as it arrives: SSE events counted into token arrival times.
 
 Every token of a piece gets the piece's arrival time; a non-200 body is kept for the error
 text. A content event carries one token, or len(token_ids) where the server lists them; the
@@ -19,7 +18,7 @@ from harness.analysis.schema import RequestRecord
 class ReplyReader:
     """Fills one `RequestRecord` from its response: `feed` each piece, then `finish`. A
     non-200 body is kept for the error text; a 200 body is the subclass's to read (`body`,
-    then `complete`)."""
+    then `complete`): a completion's SSE stream here, a speech reply's PCM in pcm.py."""
 
     def __init__(self, rec: RequestRecord, t0: float):
         self.rec, self.t0, self.other = rec, t0, b""
