@@ -86,6 +86,9 @@ def test_bad_speech_input_is_refused_and_the_server_keeps_serving(orpheus, statu
 def test_each_endpoint_is_served_by_the_model_it_fits(orpheus, tiny_server):
     status, body = orpheus.complete(prompt=[1, 2], max_tokens=2)
     assert status == 404 and "/v1/audio/speech" in body["error"]["message"]
+    chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    status, body = orpheus.request("POST", "/v1/chat/completions", json.dumps(chat).encode())
+    assert status == 404 and "/v1/audio/speech" in body["error"]["message"]
     status, _, raw = speak(tiny_server, {"input": "hi"})
     assert status == 404 and "does not speak" in json.loads(raw)["error"]["message"]
 
@@ -105,3 +108,22 @@ def test_a_client_gone_mid_stream_frees_both_nodes(orpheus):
         time.sleep(0.05)
     assert stats["free_pages"] == stats["total_pages"]
     assert stats["free_slots"] == stats["total_slots"]
+
+
+def test_speech_text_goes_through_the_servers_tokenizer(tmp_path):
+    """A text input is tokenized as a prompt is (the scenario's tokenizer.json when it names
+    one), wrapped in Orpheus's prompt; token-id input follows the voice's tokens."""
+    from engine.api.speech import validate_speech
+    from engine.api.validate import Limits
+    from engine.models.orpheus import SPEECH
+    from engine.tokenizer import load_tokenizer
+    from tests.word_tokenizer import word_tokenizer
+
+    tokenizer = load_tokenizer(str(word_tokenizer(tmp_path, 64)), None)
+    limits = Limits(156_940, 512, "orpheus", tokenizer)
+    text = validate_speech({"input": "w3 w5", "max_tokens": 28}, limits, SPEECH)
+    assert text.prompt == SPEECH.prefix + [0, 3, 5] + SPEECH.suffix  # "tara:" is [UNK]
+    assert text.max_tokens == 28 and text.stream is False and not text.logprobs
+    ids = validate_speech({"input": [9, 8], "voice": "leo"}, limits, SPEECH)
+    assert ids.prompt == SPEECH.prefix + [0, 9, 8] + SPEECH.suffix
+    assert ids.max_tokens == 512 - len(ids.prompt)  # the default: what the window leaves
