@@ -102,14 +102,11 @@ async def _reply(
     request: web.Request, validate: Callable[[object, Limits], CompletionParams], chat: bool
 ) -> web.StreamResponse:
     client, state = request.app[CLIENT], request.app[STATE]
-    limits: Limits | None = state["limits"]
-    if limits is None:
-        raise ApiError(503, "the worker is still starting; poll /health")
+    limits = _limits(state)
     if state["speech"] is not None:
         raise ApiError(404, f"{state['model']} speaks: its output is audio (/v1/audio/speech)")
     params = validate(_parse_json(await request.read()), limits)
-    rid, queue = client.submit(lambda rid: _add_request(rid, params))
-    state["max_in_flight"] = max(state["max_in_flight"], client.in_flight)
+    rid, queue = _submit(client, state, params)
     reply = Reply.of(rid, state["model"], chat)
     done = False
     try:
@@ -125,14 +122,11 @@ async def _reply(
 
 async def speech(request: web.Request) -> web.StreamResponse:
     client, state = request.app[CLIENT], request.app[STATE]
-    limits: Limits | None = state["limits"]
-    if limits is None:
-        raise ApiError(503, "the worker is still starting; poll /health")
+    limits = _limits(state)
     if state["speech"] is None:
         raise ApiError(404, f"{state['model']} does not speak: it has no /v1/audio/speech")
     params = validate_speech(_parse_json(await request.read()), limits, state["speech"])
-    rid, queue = client.submit(lambda rid: _add_request(rid, params))
-    state["max_in_flight"] = max(state["max_in_flight"], client.in_flight)
+    rid, queue = _submit(client, state, params)
     done = False
     try:
         response = await stream_pcm(request, queue, state["speech"])
@@ -140,6 +134,20 @@ async def speech(request: web.Request) -> web.StreamResponse:
         return response
     finally:
         client.release(rid, abort=not done)
+
+
+def _limits(state: dict) -> Limits:
+    """The request limits once the worker is ready; a 503 before."""
+    if state["limits"] is None:
+        raise ApiError(503, "the worker is still starting; poll /health")
+    return state["limits"]
+
+
+def _submit(client: WorkerClient, state: dict, params: CompletionParams):
+    """Send the request to the worker: its rid and the queue its frames arrive on."""
+    rid, queue = client.submit(lambda rid: _add_request(rid, params))
+    state["max_in_flight"] = max(state["max_in_flight"], client.in_flight)
+    return rid, queue
 
 
 def _not_json(constant: str):
