@@ -75,13 +75,22 @@ class ModelSpec:
     eos_token_ids: list[int] | None = None  # replaces the model's own EOS ids
 
 
+APIS = ("completions", "speech")
+
+
 @dataclass(frozen=True)
 class LoadProfile:
     prompt_tokens: tuple[int, int] = (16, 64)
-    output_tokens: tuple[int, int] = (16, 48)
+    output_tokens: tuple[int, int] = (16, 48)  # max_tokens (with ignore_eos: the length)
     requests: int = 256
     warmup: int = 16
     seed: int = 1234
+    # The endpoint the load drives: /v1/completions (SSE tokens) or /v1/audio/speech (PCM).
+    api: str = "completions"
+
+    def __post_init__(self) -> None:
+        if self.api not in APIS:
+            raise ConfigError(f"load.api must be one of {', '.join(APIS)}, got {self.api!r}")
 
 
 @dataclass(frozen=True)

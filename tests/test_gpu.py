@@ -276,3 +276,48 @@ def test_08b_piecewise_engine_decodes_as_the_eager_one_across_buckets():
     print(
         "requests whose 6 tokens agree:", sum(outs[True][r] == outs[False][r] for r in outs[True])
     )
+
+
+def _orpheus_on(device: str, overlap: bool, lengths: list[int]):
+    """Tiny Orpheus in fp32 on `device`: each request's greedy audio tokens (what the LLM
+    streamed into the codec) and its PCM, both nodes on one worker."""
+    scenario = load_scenario("orpheus", "tiny")
+    config = replace(scenario.engine, device=device, overlap=overlap, max_rows=8)
+    frames: list[StepFrames] = []
+    worker = build_worker(scenario.model, config, PhaseTimer(0, "g", []), frames.append)
+    sent: dict[int, list[int]] = {rid: [] for rid in range(len(lengths))}
+    feed = worker.stages[0].feed
+
+    def recording(step_frames):
+        for frame in step_frames:
+            sent[frame.rid].extend(frame.tokens)
+        return feed(step_frames)
+
+    worker.stages[0].feed = recording
+    for rid, n in enumerate(lengths):
+        worker.handle(AddRequest(rid, [rid + 1] * (3 + rid), n, ignore_eos=True, temperature=0))
+    while worker.iteration():
+        pass
+    pcm = {rid: b"" for rid in sent}
+    for step in frames:
+        for frame in step.frames:
+            pcm[frame.rid] += frame.audio or b""
+    return sent, pcm
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_tiny_orpheus_on_cuda_equals_the_cpu_reference(overlap):
+    """The Llama node through CudaOps (packed projections, Triton norms, the rope and
+    attention references in fp32), the logit mask's offsets copied without blocking, and the
+    codec on the GPU: the same audio tokens as the CPU worker and the same PCM but for float
+    rounding, in the strict and the overlapped loop."""
+    import numpy as np
+
+    lengths = [28, 35, 41, 56]
+    cpu_tokens, cpu_pcm = _orpheus_on("cpu", False, lengths)
+    cuda_tokens, cuda_pcm = _orpheus_on("cuda", overlap, lengths)
+    assert cuda_tokens == cpu_tokens
+    for rid in cpu_pcm:
+        want = np.frombuffer(cpu_pcm[rid], dtype="<i2").astype(np.int32)
+        got = np.frombuffer(cuda_pcm[rid], dtype="<i2").astype(np.int32)
+        assert got.shape == want.shape and np.abs(got - want).max(initial=0) <= 2, rid

@@ -8,6 +8,7 @@ the postprocess decides stops, so a request that stops on this step is up to dat
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -16,7 +17,7 @@ import torch
 from engine.cache import KVCache
 from engine.config import ConfigError, EngineConfig
 from engine.kernels import build_ops
-from engine.layers.sampler import SamplingParams
+from engine.layers.sampler import SamplingParams, window_logits
 from engine.messages import AddRequest
 from engine.runtime.postprocess import StepOutput
 from engine.worker.graphs import DecodeGraphs
@@ -85,8 +86,15 @@ class PendingStep:
         )
 
 
+LogitMask = Callable[[np.ndarray], tuple[np.ndarray, int]]
+
+
 class Engine:
-    def __init__(self, model: torch.nn.Module, config: EngineConfig):
+    def __init__(
+        self, model: torch.nn.Module, config: EngineConfig, logit_mask: LogitMask | None = None
+    ):
+        """`logit_mask`: the node's declared mask (NodeSubmodule.sampling_window): every
+        sampled row samples only the ids its window allows."""
         if config.max_tokens_per_step < config.max_rows:
             raise ConfigError("engine.max_tokens_per_step must be >= engine.max_rows")
         if config.kv_pages * config.page_size < config.max_model_len:
@@ -121,6 +129,7 @@ class Engine:
             self.piecewise = PiecewiseGraphs(
                 model, self.cache, self.ops, self.inputs, config.max_tokens_per_step
             )
+        self.logit_mask = logit_mask
         self.requests: dict[int, Request] = {}
         self._arrivals = 0
 
@@ -178,14 +187,23 @@ class Engine:
             empty = torch.empty(0, dtype=torch.int64, device=self.device)
             return PendingStep(rows, sampled, empty, None, self.requests)
         params = [r.sampling for r in picked]
-        if greedy is not None and all(p.greedy and not p.logprobs for p in params):
+        if (
+            greedy is not None
+            and self.logit_mask is None
+            and all(p.greedy and not p.logprobs for p in params)
+        ):
             return PendingStep(rows, sampled, greedy, None, self.requests)
         if len(sampled) < len(rows):
             logits = logits[sampled]
         # The sampled token's index in its request's output (its token may not be on the
         # host yet: num_cached, already advanced, counts it).
         output_index = [r.num_cached - len(r.prompt) for r in picked]
+        offsets = None
+        if self.logit_mask is not None:
+            logits, offsets = window_logits(logits, *self.logit_mask(np.array(output_index)))
         tokens, logprobs = self.ops.sample(logits, params, output_index)
+        if offsets is not None:  # an index into the window -> the token id
+            tokens = tokens + offsets
         want_logprobs = any(p.logprobs for p in params)
         return PendingStep(
             rows, sampled, tokens, logprobs if want_logprobs else None, self.requests

@@ -28,6 +28,7 @@ def summarize(manifest: dict, frames: dict[str, pd.DataFrame]) -> Comparison:
         frames["servers"],
         labels={letter: arm["name"] for letter, arm in arms.items()},
         external=tuple(sorted(unspanned)),
+        audio=speaks(manifest),
         headline=manifest["scenario"]["headline"],
         rule=Rule(margin=manifest.get("margin", Rule().margin)),
     )
@@ -35,6 +36,11 @@ def summarize(manifest: dict, frames: dict[str, pd.DataFrame]) -> Comparison:
     if not manifest.get("complete", False):
         result.doubts.insert(0, INCOMPLETE)
     return result
+
+
+def speaks(manifest: dict) -> bool:
+    """The run drove /v1/audio/speech: its figures are audio's."""
+    return (manifest["scenario"].get("load") or {}).get("api") == "speech"
 
 
 def summary_json(manifest: dict, comparison: Comparison) -> dict:

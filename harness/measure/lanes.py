@@ -16,6 +16,7 @@ import msgspec
 
 from harness.analysis.schema import RequestRecord, Slot
 from harness.measure.http_client import Endpoint, Lane
+from harness.measure.pcm import PcmReader
 from harness.measure.request_sequence import RequestSequence, RequestSpec
 from harness.measure.sse import ResponseReader
 
@@ -47,6 +48,7 @@ class Job(msgspec.Struct, array_like=True):
     ramp_s: float
     timeout_s: float
     send_for_s: float | None = None
+    api: str = "completions"  # or "speech": /v1/audio/speech, raw PCM back
 
 
 class LaneSummary(msgspec.Struct, array_like=True):
@@ -66,6 +68,19 @@ def until(job: Job, t0: float, take: Callable[[], int | None]) -> Callable[[], i
         return take
     deadline = t0 + job.send_for_s
     return lambda: take() if time.perf_counter() < deadline else None
+
+
+def request_body(job: Job, spec: RequestSpec) -> bytes:
+    """The JSON body of one request: exact lengths (ignore_eos), greedy; a completion streamed
+    with usage, a speech request (`job.api` "speech") its input as token ids and PCM back."""
+    body = {"max_tokens": spec.max_tokens, "ignore_eos": True, "temperature": 0.0}
+    if job.api == "speech":
+        body |= {"input": spec.prompt, "response_format": "pcm"}
+    else:
+        body |= {"prompt": spec.prompt, "stream": True, "stream_options": {"include_usage": True}}
+    if job.model is not None:
+        body["model"] = job.model
+    return msgspec.json.encode(body)
 
 
 class Lanes:
@@ -129,17 +144,7 @@ class Lanes:
     async def _request(self, conn: Lane, index: int, intended: float) -> float:
         job, t0 = self.job, self.t0
         spec = job.requests[index]
-        body = {
-            "prompt": spec.prompt,
-            "max_tokens": spec.max_tokens,
-            "ignore_eos": True,
-            "temperature": 0.0,
-            "stream": True,
-            "stream_options": {"include_usage": True},
-        }
-        if job.model is not None:
-            body["model"] = job.model
-        data = msgspec.json.encode(body)
+        data = request_body(job, spec)
         headers = b"Content-Type: application/json\r\nX-Request-Id: %d\r\n" % index
         warmup = index < job.warmup
         rec = RequestRecord(
@@ -149,7 +154,7 @@ class Lanes:
         if self.busy_s is None and self.sent - self.done == len(self.lanes):
             self.busy_s = time.perf_counter() - t0
         rec.send_s = time.perf_counter() - t0
-        reader = ResponseReader(rec, t0)
+        reader = PcmReader(rec, t0) if job.api == "speech" else ResponseReader(rec, t0)
         try:
             rec.status = await conn.post(data, headers, reader.feed, job.timeout_s)
             reader.finish()

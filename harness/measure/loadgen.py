@@ -29,6 +29,7 @@ from harness.measure.request_sequence import RequestSequence, RequestSpec
 from harness.measure.shards import run_sharded
 
 UNNAMED = Slot(arm="A", letter="A", server="A0", block=0, slot=0)
+ENDPOINTS = {"completions": "/v1/completions", "speech": "/v1/audio/speech"}
 
 
 @dataclass
@@ -59,9 +60,11 @@ async def run_closed_loop(
     send_for_s: float | None = None,
     request_timeout_s: float = 600.0,
     progress_interval_s: float = 0.25,
+    api: str = "completions",
 ) -> LoadResult:
-    """Drive `url` (a base URL or a /v1/completions endpoint) with `requests`, C in flight; every
-    record carries `slot`'s columns.
+    """Drive `url` (a base URL or the endpoint itself) with `requests`, C in flight; every
+    record carries `slot`'s columns. `api`: "completions" (/v1/completions, SSE tokens) or
+    "speech" (/v1/audio/speech, raw PCM: records carry the audio's arrival and bytes).
 
     The first `warmup` requests of the sequence are marked warmup. `on_progress` runs every
     `progress_interval_s`, never inside the per-token loop. Setting `stop_event` stops the load:
@@ -75,11 +78,13 @@ async def run_closed_loop(
     if concurrency < 1 or shards < 1:
         raise ValueError("concurrency and shards must be >= 1")
     url = url.rstrip("/")
-    endpoint = url if url.endswith("/completions") else url + "/v1/completions"
+    path = ENDPOINTS[api]
+    endpoint = url if url.endswith(path[path.rindex("/") :]) else url + path
     requests = requests if isinstance(requests, RequestSequence) else list(requests)
     job = Job(
-        endpoint, model, requests, concurrency, warmup, slot, ramp_s, request_timeout_s, send_for_s
-    )
+        endpoint, model, requests, concurrency, warmup, slot, ramp_s, request_timeout_s,
+        send_for_s, api,
+    )  # fmt: skip
     stop_event = stop_event or asyncio.Event()
     shards = min(shards, concurrency)
     if shards > 1:

@@ -262,6 +262,7 @@ def _drive(plan, url, model, slot, status, show, stop, watch):
                 model=model,
                 shards=plan.shards,
                 send_for_s=plan.duration_s,
+                api=plan.scenario.load.api,
             )
         finally:
             stop.bind(None, None)
