@@ -1,11 +1,17 @@
-"""The engine's eager step on one GPU: decode at a batch size over contexts of a length.
+"""The engine's step on one GPU: decode at a batch size over contexts of a length, and
+prefill (or mixed) steps beside it.
 
     python -m benchmarks.bench_gpu_step --size 0.8b --batch 64 --context 512 --kernels cuda
+    python -m benchmarks.bench_gpu_step --batch 64 --graphs --piecewise --prefill 1x384 4x256
 
 Runs the engine's own step (`Engine.launch`, the wait, the host copy, `step_finished`) on a
 batch of requests whose prompts are prefilled first, then times decode steps: wall time per
 step from schedule to the tokens on the host (what the worker loop pays), median and spread.
 `--profile FILE` adds a torch profiler table of a few steps (where the time goes).
+`--prefill RxL ...` then times steps that prefill R new prompts of L tokens while the batch
+decodes: with `mixing` off (the scenario's) a prefill-only step, with `--mixing` one mixed
+step of the batch's decode rows and the new prompts; each new request is removed after its
+step, so every repeat sees the same batch.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import argparse
 import statistics
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import torch
 
@@ -31,9 +38,12 @@ def _step(engine: Engine) -> int:
     return len(rows)
 
 
-def build(size: str, batch: int, context: int, steps: int, kernels: str, graphs: bool) -> Engine:
+def build(
+    size: str, batch: int, context: int, steps: int, kernels: str, graphs: bool, **engine
+) -> Engine:
     scenario = load_scenario("qwen35", size)
-    config = replace(scenario.engine, kernels=kernels, max_rows=batch, cuda_graphs=graphs)
+    engine.setdefault("max_rows", batch)
+    config = replace(scenario.engine, kernels=kernels, cuda_graphs=graphs, **engine)
     spec = scenario.model
     model = build_model(spec.arch, spec.preset, spec.seed, config.dtype, config.device)
     engine = Engine(model, config)
@@ -57,10 +67,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--kernels", default="cuda", choices=["cuda", "torch", "auto"])
     parser.add_argument("--graphs", action=argparse.BooleanOptionalAction, default=False)
+    parser.add_argument("--piecewise", action=argparse.BooleanOptionalAction, default=False)
+    parser.add_argument("--mixing", action=argparse.BooleanOptionalAction, default=False)
+    parser.add_argument("--prefill", nargs="*", default=[], metavar="RxL")
     parser.add_argument("--profile", default=None, help="write a profiler table here")
     args = parser.parse_args(argv)
-    steps = args.steps + args.warmup + 5
-    engine = build(args.size, args.batch, args.context, steps, args.kernels, args.graphs)
+    steps = args.steps + args.warmup + 5 + 40 * len(args.prefill)
+    engine = build(
+        args.size, args.batch, args.context, steps, args.kernels, args.graphs,
+        piecewise_graphs=args.piecewise, mixing=args.mixing,
+        max_rows=args.batch + max((int(p.split("x")[0]) for p in args.prefill), default=0),
+    )  # fmt: skip
     for _ in range(args.warmup):
         _step(engine)
     times = []
@@ -85,6 +102,40 @@ def main(argv: list[str] | None = None) -> None:
         with open(args.profile, "w") as out:
             out.write(table)
         print(table[:6000])
+    for spec in args.prefill:
+        rows, length = (int(part) for part in spec.split("x"))
+        times = _prefill_times(engine, rows, length, repeats=30)
+        if args.profile:
+            from torch.profiler import ProfilerActivity, profile
+
+            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+                _prefill_times(engine, rows, length, repeats=2)
+            table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=30)
+            Path(f"{args.profile}.prefill_{spec}").write_text(table)
+        print(
+            f"{'mixed' if args.mixing else 'prefill'} step, {rows} new x {length} tokens beside "
+            f"{args.batch} decoding, piecewise {engine.piecewise is not None}: median "
+            f"{statistics.median(times):.3f} ms (p10 {min(times):.3f}) over {len(times)} steps"
+        )
+
+
+def _prefill_times(engine: Engine, rows: int, length: int, repeats: int) -> list[float]:
+    gen = torch.Generator().manual_seed(length)
+    vocab = engine.model.config.vocab_size
+    times = []
+    for i in range(repeats + 3):
+        rids = [1_000_000 + i * rows + j for j in range(rows)]
+        for rid in rids:
+            prompt = torch.randint(1, vocab, (length,), generator=gen).tolist()
+            msg = AddRequest(rid, prompt, 4, ignore_eos=True, temperature=0)
+            engine.add_request(msg, prompt).handle = rid
+        t0 = time.perf_counter()
+        _step(engine)
+        if i >= 3:  # the first steps compile kernels for the new shapes
+            times.append((time.perf_counter() - t0) * 1e3)
+        for rid in rids:
+            engine.remove_request(rid)
+    return times
 
 
 if __name__ == "__main__":

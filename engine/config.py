@@ -48,6 +48,10 @@ class EngineConfig:
     # Decode steps replay CUDA graphs captured per batch bucket (engine/worker/graphs.py);
     # needs the CUDA kernels with FlashInfer attention (bf16/fp16). Off: every step eager.
     cuda_graphs: bool = True
+    # Prefill and mixed steps (and decode steps past the largest decode bucket) replay CUDA
+    # graphs of the token-wise pieces between the attention and Gated DeltaNet ops, captured
+    # per token bucket (engine/worker/piecewise.py); same requirements as cuda_graphs.
+    piecewise_graphs: bool = True
     # Resources that stage host data behind a non-blocking copy (the step inputs, FlashInfer's
     # plans) keep two host buffers used in turn; off: one (the staging hazard, for an A/B).
     double_buffer: bool = True
@@ -71,13 +75,22 @@ class ModelSpec:
     eos_token_ids: list[int] | None = None  # replaces the model's own EOS ids
 
 
+APIS = ("completions", "speech")
+
+
 @dataclass(frozen=True)
 class LoadProfile:
     prompt_tokens: tuple[int, int] = (16, 64)
-    output_tokens: tuple[int, int] = (16, 48)
+    output_tokens: tuple[int, int] = (16, 48)  # max_tokens (with ignore_eos: the length)
     requests: int = 256
     warmup: int = 16
     seed: int = 1234
+    # The endpoint the load drives: /v1/completions (SSE tokens) or /v1/audio/speech (PCM).
+    api: str = "completions"
+
+    def __post_init__(self) -> None:
+        if self.api not in APIS:
+            raise ConfigError(f"load.api must be one of {', '.join(APIS)}, got {self.api!r}")
 
 
 @dataclass(frozen=True)

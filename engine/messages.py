@@ -32,7 +32,9 @@ ToWorker = AddRequest | Abort | Shutdown
 
 
 class TokenFrame(msgspec.Struct, array_like=True):
-    """New tokens of one request from one step; `finish_reason` set on its last frame."""
+    """New tokens of one request from one step; `finish_reason` set on its last frame. A
+    model whose graph ends in an audio codec sends its PCM instead (`audio`: 16-bit signed
+    little-endian mono at the model's SpeechFormat.sample_rate) and no tokens."""
 
     rid: int
     tokens: list[int]
@@ -40,10 +42,21 @@ class TokenFrame(msgspec.Struct, array_like=True):
     finish_reason: str | None = None  # "length" | "stop" | "abort" | "error"
     prompt_tokens: int = 0
     error: str | None = None
+    audio: bytes | None = None
 
 
 class StepFrames(msgspec.Struct, tag="frames", array_like=True):
     frames: list[TokenFrame]
+
+
+class SpeechFormat(msgspec.Struct, array_like=True):
+    """How a text-to-speech model is prompted and what it streams: its prompt is
+    prefix + the tokens of "<voice>: <input>" + suffix; its PCM is at `sample_rate`."""
+
+    sample_rate: int
+    prefix: list[int]
+    suffix: list[int]
+    voices: list[str]
 
 
 class Ready(msgspec.Struct, tag="ready", array_like=True):
@@ -54,6 +67,7 @@ class Ready(msgspec.Struct, tag="ready", array_like=True):
     vocab_size: int
     max_model_len: int
     eos_token_ids: list[int]
+    speech: SpeechFormat | None = None  # set when the model speaks (/v1/audio/speech)
 
 
 class WorkerStats(msgspec.Struct, tag="stats", array_like=True):
@@ -65,6 +79,7 @@ class WorkerStats(msgspec.Struct, tag="stats", array_like=True):
     total_slots: int
     running: int
     waiting: int
+    streaming: int = 0  # requests held by a node downstream of the first (an audio codec)
 
 
 class GetStats(msgspec.Struct, tag="get_stats", array_like=True):

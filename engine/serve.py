@@ -102,7 +102,7 @@ async def _serve(
             except TokenizerError as exc:
                 log.error("%s", exc)
                 return 2
-            on_ready(app, ready.vocab_size, ready.max_model_len, tokenizer)
+            on_ready(app, ready.vocab_size, ready.max_model_len, tokenizer, ready.speech)
             log.info(
                 "listening on http://%s:%d  scenario=%s size=%s device=%s parameters=%s "
                 "tokenizer=%s",

@@ -12,6 +12,8 @@ engine/env.py. Table: docs/SPANS.md.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import msgspec
 import numpy as np
 
@@ -129,11 +131,42 @@ ROWS_PER_STEP = "worker.rows_per_step"
 TOKENS_PER_STEP = "worker.tokens_per_step"
 RUNNING_REQUESTS = "worker.running_requests"
 REQUESTS = "worker.requests"
+# Steps staged into a host buffer whose previous copy had not run (engine.double_buffer off
+# with the overlapped loop): each is a step that read another step's inputs.
+STAGING_HAZARDS = "worker.staging_hazards"
 
 
 def lap(parent: str, stage: str) -> str:
     """The name of a stage lap inside a span: lap(ADD_REQUEST, "engine")."""
     return f"{parent}.{stage}"
+
+
+def node_span(node: str | None, name: str) -> str:
+    """The name a downstream node's step records `name` under: worker.step.forward ->
+    worker.snac.step.forward. The first node's (node None) are the names above."""
+    return name if node is None else name.replace("worker.", f"worker.{node}.", 1)
+
+
+@dataclass(frozen=True)
+class NodeSpans:
+    """The step and postprocess spans of one node of the worker's graph."""
+
+    forward: str
+    postprocess_batch: str
+    check_stop: str
+    runtime: str
+    store_tensors: str
+    send_prep: str
+    tail: str
+    rows_per_step: str
+
+    @classmethod
+    def of(cls, node: str | None) -> NodeSpans:
+        names = (FORWARD, POSTPROCESS_BATCH) + tuple(
+            POSTPROCESS + stage
+            for stage in ("check_stop", "runtime", "store_tensors", "send_prep", "tail")
+        )
+        return cls(*(node_span(node, name) for name in (*names, ROWS_PER_STEP)))
 
 
 encode = msgspec.json.Encoder().encode

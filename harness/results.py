@@ -241,24 +241,24 @@ class RunDir:
 
 
 def load_run(path: Path) -> tuple[dict, dict[str, pd.DataFrame]]:
-    """The manifest and the three tables of a run directory (a version-1 one read as
-    version 2: schema.from_version_1)."""
+    """The manifest and the three tables of a run directory (an older version's read as this
+    version's: schema.upgrade)."""
     path = Path(path)
     manifest_path = path / "manifest.json"
     if not manifest_path.exists():
         raise BenchError(f"{path} is not a run directory (no manifest.json)")
     manifest = json.loads(manifest_path.read_text())
     version = manifest.get("schema_version")
-    if version not in (1, SCHEMA_VERSION):
+    if version not in range(1, SCHEMA_VERSION + 1):
         raise BenchError(
-            f"{path} has results schema {version}, this bench reads 1 and {SCHEMA_VERSION};"
+            f"{path} has results schema {version}, this bench reads 1 to {SCHEMA_VERSION};"
             " re-run it or use the bench version that wrote it"
         )
     frames = {}
     for name in schema.TABLES:
         file = path / f"{name}.parquet"
         frames[name] = pd.read_parquet(file) if file.exists() else schema.empty(name)
-    return manifest, schema.from_version_1(frames) if version == 1 else frames
+    return manifest, frames if version == SCHEMA_VERSION else schema.upgrade(frames, version)
 
 
 def load_runs(path: Path) -> list[tuple[Path, dict, dict[str, pd.DataFrame]]]:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every GPU test and benchmark of the project, for one `device` run (see docs/BENCHMARKS.md):
-#   bash scripts/gpu_suite.sh STAGE...     STAGE: tests | step | run | all
+#   bash scripts/gpu_suite.sh STAGE...     STAGE: tests | quick | step | prefill | run | all
 # with carry [".whl", ".jitcache"]. Logs go under $OUT (default ./gpu-out). JIT caches
 # (FlashInfer, Triton) are restored from .jitcache/ when present and saved to $OUT/jit-*.
 set -uo pipefail
@@ -25,25 +25,51 @@ for stage in "${stages[@]}"; do
       timeout 420 python3 -m pytest -m gpu -q -rA tests/test_gpu_double_buffer.py \
         tests/test_gpu_kernels.py tests/test_gpu.py 2>&1 | tee "$OUT/gpu_tests.log" ;;
     quick)  # the loop, graphs, buffers and sampler, without the slow 0.8b model comparisons
-      timeout 420 python3 -m pytest -m gpu -q -rA tests/test_gpu_double_buffer.py \
+      timeout 480 python3 -m pytest -m gpu -q -rA tests/test_gpu_double_buffer.py \
         tests/test_gpu.py tests/test_gpu_kernels.py \
-        -k "tiny or overlapped or graph_replay or sampling or interchangeable or hazard or buffer" \
+        -k "tiny or overlapped or graph_replay or piecewise or sampling or interchangeable or hazard or buffer" \
         2>&1 | tee "$OUT/gpu_tests.log" ;;
-    step)
+    step)  # decode steps (eager, graphs) and prefill/mixed steps (eager, piecewise)
       for b in 64 128; do
         for g in no-graphs graphs; do
           timeout 150 python3 -m benchmarks.bench_gpu_step --batch $b --context 512 \
-            --kernels cuda --$g --profile "$OUT/profile_b${b}_$g.txt" 2>&1 \
+            --kernels cuda --$g --no-piecewise --profile "$OUT/profile_b${b}_$g.txt" 2>&1 \
             | grep -E "decode step|Error|error" | tee -a "$OUT/bench_step.log"
         done
       done
       timeout 120 python3 -m benchmarks.bench_gpu_step --batch 64 --context 512 --steps 10 \
-        --warmup 2 --kernels torch 2>&1 | tail -n 3 | tee -a "$OUT/bench_step.log" ;;
-    run)
-      timeout 560 python3 -m harness run qwen35 -c 64 --abba --requests 320 --warmup 64 \
-        --arm eager=engine.cuda_graphs=false --arm graphs=engine.cuda_graphs=true \
+        --warmup 2 --kernels torch 2>&1 | tail -n 3 | tee -a "$OUT/bench_step.log" ;&
+    prefill)
+      for mode in "--no-piecewise" "--piecewise" "--piecewise --mixing"; do
+        timeout 150 python3 -m benchmarks.bench_gpu_step --batch 64 --context 512 --steps 20 \
+          --graphs $mode --prefill 1x384 4x256 --profile "/tmp/profile_${mode//[- ]/}" 2>&1 \
+          | grep -E "step,|Error|error" | tee -a "$OUT/bench_step.log"
+      done
+      for f in /tmp/profile_*; do  # one file back: the prefill tables' heads
+        echo "== $f" >> "$OUT/prefill_profiles.txt"; head -n 36 "$f" >> "$OUT/prefill_profiles.txt"
+      done; rm -f /tmp/profile_* ;;
+    run)  # one bench run; RUN_ARGS replaces the default arms (graphs off vs on)
+      timeout 560 python3 -m harness run qwen35 -c 64 --abba \
+        ${RUN_ARGS:---requests 320 --warmup 64 --arm eager=engine.cuda_graphs=false --arm graphs=engine.cuda_graphs=true} \
         --out /tmp/run-c64 2>&1 | tee "$OUT/bench_run.log"
       cp /tmp/run-c64/summary.json "$OUT/run_c64_summary.json" 2>/dev/null ;;
+    evidence)  # EVIDENCE="name:engine.key ..." each an ABBA comparison key=false (A) vs true
+      # (B), 3 blocks, report; one tarball back per comparison. A comparison starts only
+      # while EVIDENCE_UNTIL (seconds since this stage began, default 300) has not passed.
+      began=$SECONDS
+      for spec in ${EVIDENCE:-graphs:engine.cuda_graphs}; do
+        name=${spec%%:*}; key=${spec#*:}
+        if (( SECONDS - began > ${EVIDENCE_UNTIL:-300} )); then echo "skipped $name"; continue; fi
+        echo "== $name ($key) at $((SECONDS - began)) s"
+        timeout ${EVIDENCE_TIMEOUT:-330} python3 -m harness run qwen35 -c 64 --abba --blocks 3 \
+          --report ${EVIDENCE_LOAD:---requests 128 --warmup 32} --out /tmp/ev-$name \
+          --arm "off=$key=false" --arm "on=$key=true" > /tmp/ev-$name.log 2>&1
+        echo "exit $? after $((SECONDS - began)) s" | tee -a /tmp/ev-$name.log
+        python3 scripts/run_counts.py /tmp/ev-$name >> /tmp/ev-$name.log 2>&1
+        head -n 30 /tmp/ev-$name.log
+        mkdir -p /tmp/ev-$name && mv /tmp/ev-$name.log /tmp/ev-$name/bench_run.log
+        tar -C /tmp -c -z -f "$OUT/ev-$name.tgz" --exclude='*.parquet' "ev-$name"
+      done ;;
   esac
 done
 # Save the JIT caches (compiled .so files and Triton cubins only) for the next machine.

@@ -227,7 +227,7 @@ def test_server_that_fails_to_start_is_one_line_pointing_at_its_log(tmp_path):
 
 
 @pytest.mark.parametrize("args,message", [
-    (["run", "nosuch", "-c", "4"], "unknown scenario 'nosuch'; known scenarios: qwen35"),
+    (["run", "nosuch", "-c", "4"], "unknown scenario 'nosuch'; known scenarios: orpheus, qwen35"),
     (["run", "qwen35", "-c", "4", "--arm", "a=no-such-ref", "--arm", "b=worktree"],
      "does not resolve"),
     (["run", "qwen35", "-c", "4", "--arm", "a=worktree"], "give two --arm options"),

@@ -189,13 +189,10 @@ def test_noisy_run_asks_for_more_blocks():
     assert any("too noisy" in d and "blocks in all" in d for d in result.doubts)
 
 
-def test_audio_figure_and_tokens_without_arrival_times():
+def test_tokens_without_arrival_times_are_a_doubt():
     requests, spans, servers, _ = run(seed=6)
     requests["output_tokens"] += 5  # the server counted tokens the stream did not time
-    result = compare(requests, spans, servers, LABELS, tokens_per_audio_s=10.0)
-    audio, tok_s = row(result, "audio_s_per_s"), row(result, "output_tok_per_s")
-    assert audio.a == pytest.approx(tok_s.a / 10.0)
-    assert audio.change.verdict == tok_s.change.verdict == SLOWER
+    result = compare(requests, spans, servers, LABELS)
     assert any("have no arrival time" in d for d in result.doubts)
 
 
@@ -236,3 +233,18 @@ def test_blocks_needed_are_the_headlines_not_the_noisiest_spans():
     assert f"about {needed} blocks in all" in doubt
     assert phase(result, "worker.msg.add_request").change.verdict == "not enough data"
     assert phase(result, "worker.msg.add_request").change.blocks_needed is None
+
+
+def test_a_speech_load_is_compared_on_its_audio():
+    """Each token's arrival made a PCM piece of 0.1 s of audio: the audio-seconds/s figure is
+    a tenth of the tok/s and moves with it; the token figures are left out."""
+    requests, spans, servers, _ = run(seed=6)
+    tokens = compare(requests, spans, servers, LABELS)
+    requests["audio_times_s"] = requests["token_times_s"]
+    requests["audio_bytes"] = requests["token_times_s"].map(lambda t: [4800] * len(t))
+    result = compare(requests, spans, servers, LABELS, audio=True, headline="audio_s_per_s")
+    audio, tok_s = row(result, "audio_s_per_s"), row(tokens, "output_tok_per_s")
+    assert audio.a == pytest.approx(tok_s.a / 10.0)
+    assert audio.change.verdict == tok_s.change.verdict == SLOWER and result.regression
+    assert {f.figure for f in result.figures} >= {"ttfa_p50_ms", "rtf_p99", "e2e_p50_ms"}
+    assert "output_tok_per_s" not in {f.figure for f in result.figures}

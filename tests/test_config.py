@@ -26,7 +26,7 @@ def test_overrides_are_typed():
 
 
 @pytest.mark.parametrize("name,size,overrides,message", [
-    ("nosuch", None, "", "unknown scenario 'nosuch'; known scenarios: qwen35"),
+    ("nosuch", None, "", "unknown scenario 'nosuch'; known scenarios: orpheus, qwen35"),
     ("qwen35", "huge", "", "has no size 'huge'"),
     ("qwen35", "tiny", "engine.mixing=maybe", "engine.mixing must be true or false"),
     ("qwen35", "tiny", "engine.max_rows=-1", "must not be negative"),

@@ -1,4 +1,4 @@
-"""The closed loop: exactly C in flight, the same sequence for every arm (INVARIANTS 36), the raw
+"""The closed loop: exactly C in flight, the same sequence for every arm (INVARIANTS 40), the raw
 facts it records, failures recorded and survived, interruption, SSE from other servers, shards.
 
 No test asserts an upper time bound: these run on loaded two-core CI machines."""
@@ -145,6 +145,7 @@ class _Server:
     def __init__(self, handler):
         app = web.Application()
         app.router.add_post("/v1/completions", handler)
+        app.router.add_post("/v1/audio/speech", handler)
         self.runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
 
     async def __aenter__(self) -> str:
@@ -289,6 +290,40 @@ def test_stream_without_done_is_a_failure():
 
     (r,) = run_loop(main()).records
     assert r.error == "stream ended before [DONE]" and len(r.token_times_s) == 1
+
+
+def test_speech_replies_are_recorded_as_pcm_bytes_as_they_arrive():
+    """A speech load posts token-id inputs of exact length (ignore_eos) to /v1/audio/speech
+    and records each piece of PCM's arrival and size; a body cut short is a failure."""
+    bodies = []
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        bodies.append(json.loads(await request.read()))
+        resp = web.StreamResponse(headers={"Content-Type": "audio/pcm"})
+        await resp.prepare(request)
+        for size in (4096, 4096, 1000):
+            await resp.write(b"\x01" * size)
+            await asyncio.sleep(0.02)
+        if request.headers["X-Request-Id"] == "1":
+            request.transport.close()  # no end of the chunked body
+            return resp
+        await resp.write_eof()
+        return resp
+
+    async def main():
+        async with _Server(handler) as url:
+            specs = [RequestSpec(0, [5, 6], 35), RequestSpec(1, [7], 28)]
+            return await run_load(url, specs, 1, api="speech")
+
+    good, cut = run_loop(main()).records
+    assert bodies[0] == {
+        "input": [5, 6], "response_format": "pcm", "max_tokens": 35, "ignore_eos": True,
+        "temperature": 0.0,
+    }  # fmt: skip
+    assert good.ok and sum(good.audio_bytes) == 9192 and len(good.audio_times_s) >= 3
+    assert good.first_token_s == good.audio_times_s[0] <= good.end_s
+    assert good.audio_times_s == sorted(good.audio_times_s) and not good.token_times_s
+    assert not cut.ok and "closed the connection" in cut.error
 
 
 @pytest.mark.slow

@@ -120,12 +120,11 @@ def test_server_summary_one_row_per_server_in_schedule_order():
     other = REQUESTS.iloc[:2].assign(slot=1, letter="B", server="B1")  # server 1 is arm B's
     requests = pd.concat([REQUESTS, other], ignore_index=True)
     servers = frame([server(slot=1, letter="B"), server(slot=0), server(slot=2, healthy=False)])
-    summary = metrics.server_summary(requests, servers, tokens_per_audio_s=2.0)
+    summary = metrics.server_summary(requests, servers)
     assert summary["slot"].tolist() == [0, 1, 2]
     assert summary["requests"].tolist() == [5, 2, 0]
     assert summary["failed"].tolist() == [2, 0, 0]
     assert summary["output_tok_per_s"].tolist()[:2] == pytest.approx([3.0, 2.5])
-    assert summary["audio_s_per_s"].tolist()[:2] == pytest.approx([1.5, 1.25])
     # steady window [1, 3]: request 2 alone was sent and ended inside it; ITL gaps inside
     # it are 0.5, 0.5 (request 0) and 1.0 (request 1)
     assert summary.loc[0, "ttft_p50_ms"] == pytest.approx(500.0)
@@ -161,8 +160,47 @@ def test_parquet_round_trip_keeps_the_metrics(tmp_path):
 
 
 def test_figures_declare_their_direction():
-    by_name = {f.name: f for f in metrics.figures(tokens_per_audio_s=86.0)}
+    by_name = {f.name: f for f in metrics.figures() + metrics.figures(audio=True)}
     assert by_name["output_tok_per_s"].higher_is_better
     assert by_name["audio_s_per_s"].higher_is_better
     assert not by_name["ttft_p99_ms"].higher_is_better
+    assert not by_name["ttfa_p99_ms"].higher_is_better and not by_name["rtf_p50"].higher_is_better
+    assert metrics.figures(audio=True)[0].name == "audio_s_per_s"
     assert "audio_s_per_s" not in {f.name for f in metrics.figures()}
+
+
+def speech(index: int, pieces: list[tuple[float, int]], send: float = 0.0, **kw):
+    """A successful speech request whose PCM pieces (time, bytes) arrive as given."""
+    times, sizes = [t for t, _ in pieces], [b for _, b in pieces]
+    return request(
+        index, [], send=send, first_token_s=times[0] if times else None,
+        end_s=times[-1] if times else send, audio_times_s=times, audio_bytes=sizes, **kw,
+    )  # fmt: skip
+
+
+def test_audio_seconds_ttfa_and_rtf_from_the_bytes_received():
+    second = metrics.PCM_BYTES_PER_S
+    rows = frame(
+        [
+            speech(0, [(0.5, second // 2), (1.5, second), (2.5, second // 2)], send=0.0),
+            speech(1, [(1.2, second), (2.0, second)], send=1.0),
+            speech(2, [], send=1.0),  # no audio: no TTFA, no RTF
+            speech(3, [(1.1, second)], send=0.5, status=500, error="HTTP 500"),
+        ]
+    )
+    assert metrics.audio_s(rows).tolist() == pytest.approx([2.0, 2.0, 0.0, 1.0])
+    rtf = metrics.rtf(rows).tolist()
+    assert rtf[:2] == pytest.approx([2.5 / 2.0, 1.0 / 2.0]) and np.isnan(rtf[2])
+    # in [1, 2]: 1.5 (1 s), 1.2 (1 s), 2.0 (1 s); the failed request's 1.1 does not count
+    assert metrics.steady_audio_s_per_s(rows, (1.0, 2.0)) == pytest.approx(3.0)
+    assert np.isnan(metrics.steady_audio_s_per_s(rows, None))
+    # succeeded audio 4 s over the whole load: first send (0.0) to last end (2.5)
+    assert metrics.run_audio_s_per_s(rows) == pytest.approx(4.0 / 2.5)
+    whole = metrics.latency_ms(metrics.speech_samples(rows))
+    assert whole["ttfa_p50_ms"] == pytest.approx(350.0)  # TTFAs 0.5 and 0.2
+    summary = metrics.server_summary(rows, frame([server(start=1.0, end=2.0)]), audio=True)
+    assert summary.loc[0, "audio_s_per_s"] == pytest.approx(3.0)
+    assert summary.loc[0, "audio_s"] == pytest.approx(4.0)
+    # steady window [1, 2]: request 1 alone (sent 1.0, ended 2.0) has audio inside it
+    assert summary.loc[0, "ttfa_p50_ms"] == pytest.approx(200.0)
+    assert summary.loc[0, "rtf_p50"] == pytest.approx(0.5)

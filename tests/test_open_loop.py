@@ -3,7 +3,7 @@ process at the set rate; against `bench mock` the requests arrive on that schedu
 client's timing error stays within the calibration bounds (docs/LOADGEN.md). As `bench
 calibrate` does, the timing verdict is given only on a quiet machine: when other processes
 used more than QUIET_CORES meanwhile, the test says so and skips it (the counts and the
-schedule are held either way). The arrivals come from the seed (INVARIANTS 36)."""
+schedule are held either way). The arrivals come from the seed (INVARIANTS 40)."""
 
 from __future__ import annotations
 

@@ -114,3 +114,50 @@ def test_a_step_fed_on_the_device_gives_the_tokens_of_the_strict_loop():
     strict = _generate(_engine_with_requests(lengths), overlapped=False, steps=6)
     fed = _generate(_engine_with_requests(lengths), overlapped=True, steps=6)
     assert fed == strict and all(len(t) == 6 for t in strict.values())
+
+
+def test_a_step_padded_to_a_token_bucket_through_the_split_ops_equals_the_plain_step():
+    """The piecewise runner's protocol without graphs (engine/worker/piecewise.py): a mixed
+    step (decode rows and prompt chunks) staged with its tokens padded to a bucket, its body
+    run with the attention and Gated DeltaNet ops on the real tokens alone, gives the plain
+    step's logits and cache; the padding tokens store no K/V and touch no state slot."""
+    from engine.kernels.torch_ops import TORCH_OPS
+    from engine.worker.piecewise import CapturedBody, token_buckets_up_to, trace_body
+
+    engine = _engine_after_prefill([5, 19])
+    for rid, n in ((7, 11), (8, 23)):  # two prompts join the two decoding rows
+        prompt = [(3 * rid + j) % 4000 + 1 for j in range(n)]
+        msg = AddRequest(rid, prompt, 8, ignore_eos=True, temperature=0)
+        engine.add_request(msg, prompt).handle = rid
+    engine.config = replace(engine.config, mixing=True)
+    engine.scheduler.config = engine.config
+    rows = engine.scheduler.schedule()
+    assert [r.walk for r in rows] == ["decode", "decode", "prefill", "prefill"]
+    tokens = sum(r.num_new for r in rows)
+    bucket = next(b for b in token_buckets_up_to(64) if b >= tokens)
+    assert (tokens, bucket) == (36, 64)
+    cache = engine.cache
+    tensors = (*cache.k, *cache.v, *cache.conv_state, *cache.ssm_state)
+    before = [t.clone() for t in tensors]
+
+    def restore():
+        for t, saved in zip(tensors, before, strict=True):
+            t.copy_(saved)
+
+    with torch.inference_mode():
+        plain = engine.model(engine.inputs.stage(rows, cache, TORCH_OPS), cache)
+        plain_cache = [t.clone() for t in tensors]
+        restore()
+        batch = engine.inputs.stage(rows, cache, TORCH_OPS, pad_tokens_to=bucket)
+        assert batch.input_ids.shape[0] == bucket and batch.num_rows == 4
+        assert batch.slot_mapping[tokens:].eq(-1).all() and batch.positions[tokens:].eq(0).all()
+        body = trace_body(engine.model, cache, TORCH_OPS, batch, tokens, CapturedBody())
+        assert [s.name for s in body.splits].count("attention") == len(cache.k)
+        assert len(body.splits) == len(engine.model.model.layers)
+        padded = engine.model.logits_at(
+            body.hidden, body.residual, batch.last_token_index, TORCH_OPS
+        )
+    close = {"atol": 1e-4, "rtol": 1e-4}
+    torch.testing.assert_close(padded, plain, **close)
+    for a, b in zip(plain_cache, tensors, strict=True):
+        torch.testing.assert_close(b, a, **close)

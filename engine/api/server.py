@@ -1,5 +1,6 @@
 """The OpenAI-compatible HTTP API: /v1/completions and /v1/chat/completions (SSE streaming
-or one body), /health, /v1/models.
+or one body), /v1/audio/speech (raw PCM, speech.py; for a model that speaks), /health,
+/v1/models.
 
 Every request is validated and its text tokenized before it reaches the worker
 (validate.py): any body gets a 4xx or a 200, never a 500. A reply's tokens are decoded to text
@@ -20,6 +21,7 @@ import msgspec.structs
 from aiohttp import web
 
 from engine.api.replies import Reply, usage
+from engine.api.speech import stream_pcm, validate_speech
 from engine.api.validate import (
     ApiError,
     CompletionParams,
@@ -28,7 +30,7 @@ from engine.api.validate import (
     validate_completion,
 )
 from engine.api.worker_client import STATS_TIMEOUT_S, WorkerClient, WorkerUnavailable
-from engine.messages import AddRequest
+from engine.messages import AddRequest, SpeechFormat
 from engine.tokenizer import Tokenizer
 
 log = logging.getLogger("engine.api")
@@ -100,12 +102,11 @@ async def _reply(
     request: web.Request, validate: Callable[[object, Limits], CompletionParams], chat: bool
 ) -> web.StreamResponse:
     client, state = request.app[CLIENT], request.app[STATE]
-    limits: Limits | None = state["limits"]
-    if limits is None:
-        raise ApiError(503, "the worker is still starting; poll /health")
+    limits = _limits(state)
+    if state["speech"] is not None:
+        raise ApiError(404, f"{state['model']} speaks: its output is audio (/v1/audio/speech)")
     params = validate(_parse_json(await request.read()), limits)
-    rid, queue = client.submit(lambda rid: _add_request(rid, params))
-    state["max_in_flight"] = max(state["max_in_flight"], client.in_flight)
+    rid, queue = _submit(client, state, params)
     reply = Reply.of(rid, state["model"], chat)
     done = False
     try:
@@ -117,6 +118,36 @@ async def _reply(
         return response
     finally:
         client.release(rid, abort=not done)
+
+
+async def speech(request: web.Request) -> web.StreamResponse:
+    client, state = request.app[CLIENT], request.app[STATE]
+    limits = _limits(state)
+    if state["speech"] is None:
+        raise ApiError(404, f"{state['model']} does not speak: it has no /v1/audio/speech")
+    params = validate_speech(_parse_json(await request.read()), limits, state["speech"])
+    rid, queue = _submit(client, state, params)
+    done = False
+    try:
+        response = await stream_pcm(request, queue, state["speech"])
+        done = True
+        return response
+    finally:
+        client.release(rid, abort=not done)
+
+
+def _limits(state: dict) -> Limits:
+    """The request limits once the worker is ready; a 503 before."""
+    if state["limits"] is None:
+        raise ApiError(503, "the worker is still starting; poll /health")
+    return state["limits"]
+
+
+def _submit(client: WorkerClient, state: dict, params: CompletionParams):
+    """Send the request to the worker: its rid and the queue its frames arrive on."""
+    rid, queue = client.submit(lambda rid: _add_request(rid, params))
+    state["max_in_flight"] = max(state["max_in_flight"], client.in_flight)
+    return rid, queue
 
 
 def _not_json(constant: str):
@@ -205,9 +236,12 @@ async def _collect(client, queue, params: CompletionParams, reply: Reply, tokeni
 def build_app(client: WorkerClient, model: str, max_body: int) -> web.Application:
     app = web.Application(client_max_size=max_body, middlewares=[errors_as_json])
     app[CLIENT] = client
-    app[STATE] = {"model": model, "limits": None, "max_model_len": 0, "max_in_flight": 0}
+    app[STATE] = {
+        "model": model, "limits": None, "speech": None, "max_model_len": 0, "max_in_flight": 0
+    }  # fmt: skip
     app.router.add_post("/v1/completions", completions)
     app.router.add_post("/v1/chat/completions", chat_completions)
+    app.router.add_post("/v1/audio/speech", speech)
     app.router.add_get("/health", health)
     app.router.add_get("/v1/models", models)
     app.router.add_get("/v1/engine/stats", engine_stats)
@@ -215,8 +249,13 @@ def build_app(client: WorkerClient, model: str, max_body: int) -> web.Applicatio
 
 
 def on_ready(
-    app: web.Application, vocab_size: int, max_model_len: int, tokenizer: Tokenizer
+    app: web.Application,
+    vocab_size: int,
+    max_model_len: int,
+    tokenizer: Tokenizer,
+    speech: SpeechFormat | None = None,
 ) -> None:
     state = app[STATE]
     state["limits"] = Limits(vocab_size, max_model_len, state["model"], tokenizer)
     state["max_model_len"] = max_model_len
+    state["speech"] = speech

@@ -1,6 +1,7 @@
 """Validation of /v1/completions and /v1/chat/completions bodies: every field checked,
 unsupported ones refused, text tokenized (a prompt, or the chat's messages through the chat
-template) so the worker only ever sees token ids.
+template) so the worker only ever sees token ids. The checks every endpoint shares are public:
+/v1/audio/speech (speech.py) uses them too.
 
 A bad body raises ApiError naming the field (HTTP 400); nothing is silently dropped or
 defaulted past what the OpenAI API itself defaults.
@@ -145,28 +146,29 @@ def _prompt(body: dict, limits: Limits) -> list[int]:
         raise ApiError(400, "prompt is required", "prompt")
     prompt = body["prompt"]
     if isinstance(prompt, str):
-        return _text(prompt, limits, "prompt")
-    if not isinstance(prompt, list) or not prompt:
-        raise ApiError(400, "prompt must be a text or a non-empty list of token ids", "prompt")
-    if any(isinstance(p, list | str) for p in prompt):
-        raise ApiError(
-            400, "batched prompts are not supported: send one prompt per request", "prompt"
-        )
-    for i, token in enumerate(prompt):
+        return text_tokens(prompt, limits, "prompt")
+    return token_ids(prompt, limits, "prompt")
+
+
+def token_ids(value, limits: Limits, name: str) -> list[int]:
+    """A non-empty list of ids in the vocabulary (a prompt, a speech input)."""
+    if not isinstance(value, list) or not value:
+        raise ApiError(400, f"{name} must be a text or a non-empty list of token ids", name)
+    if any(isinstance(p, list | str) for p in value):
+        raise ApiError(400, f"batched {name}s are not supported: send one {name} per request", name)
+    for i, token in enumerate(value):
         if not _is_int(token):
             raise ApiError(
-                400, f"prompt[{i}] must be an integer token id, got {_show(token)}", "prompt"
+                400, f"{name}[{i}] must be an integer token id, got {_show(token)}", name
             )
         if not 0 <= token < limits.vocab_size:
             raise ApiError(
-                400,
-                f"prompt[{i}]={token} is outside the vocabulary [0, {limits.vocab_size})",
-                "prompt",
+                400, f"{name}[{i}]={token} is outside the vocabulary [0, {limits.vocab_size})", name
             )
-    return prompt
+    return value
 
 
-def _text(text: str, limits: Limits, name: str) -> list[int]:
+def text_tokens(text: str, limits: Limits, name: str) -> list[int]:
     tokens = limits.tokenizer.encode(text)
     if not tokens:
         raise ApiError(400, f"{name} must not be empty", name)
@@ -175,7 +177,7 @@ def _text(text: str, limits: Limits, name: str) -> list[int]:
     return tokens
 
 
-def _check_fields(body: object, off: dict, accepted: set, limits: Limits) -> dict:
+def check_fields(body: object, off: dict, accepted: set, limits: Limits) -> dict:
     if not isinstance(body, dict):
         raise ApiError(400, "the request body must be a JSON object")
     for key, value in body.items():
@@ -196,9 +198,18 @@ def _check_fields(body: object, off: dict, accepted: set, limits: Limits) -> dic
     return body
 
 
-def _params(body: dict, prompt: list[int], limits: Limits, max_tokens_field: str, logprobs):
-    """The sampling fields both endpoints share, checked, around a tokenized prompt."""
-    max_tokens = _int_field(body, max_tokens_field, 16, 1, INT64_MAX, "a positive integer")
+def request_params(
+    body: dict,
+    prompt: list[int],
+    limits: Limits,
+    max_tokens_field: str,
+    logprobs: bool,
+    default_max_tokens: int = 16,
+) -> CompletionParams:
+    """The sampling fields every endpoint shares, checked, around a tokenized prompt."""
+    max_tokens = _int_field(
+        body, max_tokens_field, default_max_tokens, 1, INT64_MAX, "a positive integer"
+    )
     if len(prompt) + max_tokens > limits.max_model_len:
         raise ApiError(
             400,
@@ -227,7 +238,7 @@ def _params(body: dict, prompt: list[int], limits: Limits, max_tokens_field: str
 
 
 def validate_completion(body: object, limits: Limits) -> CompletionParams:
-    body = _check_fields(body, _OFF_VALUES, _ACCEPTED, limits)
+    body = check_fields(body, _OFF_VALUES, _ACCEPTED, limits)
     prompt = _prompt(body, limits)
     logprobs = body.get("logprobs")
     if not (
@@ -239,11 +250,11 @@ def validate_completion(body: object, limits: Limits) -> CompletionParams:
             "(logprobs true or 0); top alternatives are not",
             "logprobs",
         )
-    return _params(body, prompt, limits, "max_tokens", logprobs is True or _is_int(logprobs))
+    return request_params(body, prompt, limits, "max_tokens", logprobs is True or _is_int(logprobs))
 
 
 def validate_chat(body: object, limits: Limits) -> CompletionParams:
-    body = _check_fields(body, _CHAT_OFF_VALUES, _CHAT_ACCEPTED, limits)
+    body = check_fields(body, _CHAT_OFF_VALUES, _CHAT_ACCEPTED, limits)
     if "max_tokens" in body and "max_completion_tokens" in body:
         raise ApiError(
             400, "give max_completion_tokens or max_tokens, not both", "max_completion_tokens"
@@ -253,4 +264,4 @@ def validate_chat(body: object, limits: Limits) -> CompletionParams:
         text = chat_prompt(body.get("messages"))
     except ValueError as exc:
         raise ApiError(400, str(exc), "messages") from None
-    return _params(body, _text(text, limits, "messages"), limits, limit, False)
+    return request_params(body, text_tokens(text, limits, "messages"), limits, limit, False)

@@ -20,9 +20,10 @@ from torch import nn
 from engine.kernels import triton_gdn, triton_norms
 from engine.kernels.flashinfer_attention import FlashInferAttention
 from engine.kernels.gpu_sampler import sample_on_gpu
-from engine.layers.attention import GatedAttention, torch_paged_attention
+from engine.layers.attention import Attention, GatedAttention, torch_paged_attention
 from engine.layers.gated_delta import GatedDeltaNet, gdn_gates
 from engine.layers.norm import GatedRMSNorm, RMSNorm
+from engine.layers.rotary import apply_rotary
 
 
 def _pack(linears: tuple[nn.Linear, ...]) -> torch.Tensor:
@@ -50,7 +51,7 @@ class CudaOps:
                 self.weights[module] = (1.0 + module.weight.detach().float()).contiguous()
             elif isinstance(module, GatedRMSNorm):
                 self.weights[module] = module.weight.detach().float().contiguous()
-            elif isinstance(module, GatedAttention):
+            elif isinstance(module, (GatedAttention, Attention)):
                 self._register(module.q_proj, module.k_proj, module.v_proj)
                 if self.attention_backend is None and self.dtype != torch.float32:
                     self.attention_backend = FlashInferAttention(
@@ -96,6 +97,10 @@ class CudaOps:
 
     def head_norm_rope(self, x, norm: RMSNorm, cos, sin) -> torch.Tensor:
         return triton_norms.head_norm_rope(x, self.weights[norm], cos, sin, norm.eps)
+
+    def rope(self, x, cos, sin) -> torch.Tensor:
+        """No kernel of its own yet (Llama's heads): the torch reference."""
+        return apply_rotary(x, cos, sin)
 
     def attention(self, q, k, v, k_cache, v_cache, batch, scale: float) -> torch.Tensor:
         if self.attention_backend is None:

@@ -41,6 +41,10 @@ class TorchOps:
     def head_norm_rope(self, x, norm: RMSNorm, cos, sin) -> torch.Tensor:
         return apply_rotary(norm(x), cos, sin)
 
+    def rope(self, x, cos, sin) -> torch.Tensor:
+        """Rotary positions alone (heads without a q/k norm: Llama)."""
+        return apply_rotary(x, cos, sin)
+
     def attention(self, q, k, v, k_cache, v_cache, batch, scale: float) -> torch.Tensor:
         return torch_paged_attention(q, k, v, k_cache, v_cache, batch, scale)
 

@@ -25,7 +25,9 @@ def write_kv(
     slot_mapping: torch.Tensor,
 ) -> None:
     """Store each new token's K/V at its slot (page * page_size + offset); a negative slot
-    (a padding row's token) stores nothing."""
+    (a padding row's token) stores nothing. Slots past k's tokens (a step padded to a token
+    bucket) are the padding's: ignored."""
+    slot_mapping = slot_mapping[: k.shape[0]]
     keep = slot_mapping >= 0
     k_cache.view(-1, *k_cache.shape[2:]).index_copy_(0, slot_mapping[keep], k[keep])
     v_cache.view(-1, *v_cache.shape[2:]).index_copy_(0, slot_mapping[keep], v[keep])
@@ -144,3 +146,35 @@ class GatedAttention(nn.Module):
     def forward_full(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         q, k, v, gate = self._project(x, cos, sin)
         return self._output(torch_causal_attention(q, k, v, self.scale), gate)
+
+
+class Attention(nn.Module):
+    """Plain GQA with rotary positions (Llama): no q/k norm, no output gate. Parameter names
+    follow Hugging Face's Llama."""
+
+    def __init__(self, hidden: int, heads: int, kv_heads: int, head_dim: int):
+        super().__init__()
+        self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim
+        self.scale = head_dim**-0.5
+        self.q_proj = nn.Linear(hidden, heads * head_dim, bias=False)
+        self.k_proj = nn.Linear(hidden, kv_heads * head_dim, bias=False)
+        self.v_proj = nn.Linear(hidden, kv_heads * head_dim, bias=False)
+        self.o_proj = nn.Linear(heads * head_dim, hidden, bias=False)
+
+    def forward(self, x, cos, sin, batch: ForwardBatch, k_cache, v_cache) -> torch.Tensor:
+        """The cached path, through the step's ops."""
+        ops, tokens, dim = batch.ops, x.shape[0], self.head_dim
+        q, k, v = ops.project(x, (self.q_proj, self.k_proj, self.v_proj))
+        q = ops.rope(q.view(tokens, self.heads, dim), cos, sin)
+        k = ops.rope(k.view(tokens, self.kv_heads, dim), cos, sin)
+        out = ops.attention(
+            q, k, v.view(tokens, self.kv_heads, dim), k_cache, v_cache, batch, self.scale
+        )
+        return self.o_proj(out.reshape(tokens, -1))
+
+    def forward_full(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        tokens, dim = x.shape[0], self.head_dim
+        q = apply_rotary(self.q_proj(x).view(tokens, self.heads, dim), cos, sin)
+        k = apply_rotary(self.k_proj(x).view(tokens, self.kv_heads, dim), cos, sin)
+        v = self.v_proj(x).view(tokens, self.kv_heads, dim)
+        return self.o_proj(torch_causal_attention(q, k, v, self.scale).reshape(tokens, -1))

@@ -56,6 +56,20 @@ def scale_logits(logits: torch.Tensor, temperatures: torch.Tensor) -> torch.Tens
     return shifted / temperatures[:, None]
 
 
+def window_logits(logits: torch.Tensor, low, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A node's logit mask (NodeSubmodule.sampling_window): each row's logits over its ids
+    [low[r], low[r] + width) only, and low as a tensor. Sampling the window, then adding
+    low, draws from the distribution masked to those ids (log-probs are over them too),
+    for width / vocab of the sampler's work. On CUDA `low` goes up from pinned memory without
+    blocking: a blocking copy would wait for the step's forward, which the overlapped loop
+    launches ahead of the host."""
+    low = torch.as_tensor(low, dtype=torch.int64)
+    if logits.is_cuda:
+        low = low.pin_memory().to(logits.device, non_blocking=True)
+    index = low[:, None] + torch.arange(width, device=logits.device)
+    return logits.gather(1, index), low
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     temperature: float = 1.0  # 0 (or below GREEDY_BELOW) = greedy

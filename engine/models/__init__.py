@@ -1,9 +1,13 @@
-"""Model registry: architecture name -> its network, its graph node and its presets, and one
-way to build each.
+"""Model registry: architecture name -> its nodes (each a network, a graph node and presets),
+and one way to build each.
 
-A network class provides `from_preset(preset, seed, dtype, device)` (seeded random weights)
-and `from_pretrained(path, dtype, device)` (a Hugging Face-format directory); a node class
-is built around the model's EOS ids (engine/runtime/graph.py, NodeSubmodule).
+A model is a graph of nodes. The first takes the prompt: its network provides
+`random(config, seed, dtype, device)` (seeded random weights) and, where checkpoints load,
+`from_pretrained(path, dtype, device)` (a Hugging Face-format directory); its node class is
+built around the model's EOS ids (engine/runtime/graph.py, NodeSubmodule). Each node of
+`streams` consumes the previous node's token stream on the same worker (Orpheus: the LLM's
+audio tokens into the SNAC codec); its presets are keyed by the architecture's preset names.
+A model that speaks declares its `speech` format (the /v1/audio/speech endpoint).
 """
 
 from __future__ import annotations
@@ -17,6 +21,10 @@ from typing import Any
 import torch
 from torch import nn
 
+from engine.messages import SpeechFormat
+from engine.models import orpheus, snac
+from engine.models.llama import LlamaForCausalLM
+from engine.models.orpheus_node import OrpheusNode, SnacNode
 from engine.models.qwen35 import Qwen35ForCausalLM
 from engine.models.qwen35_config import PRESETS as QWEN35_PRESETS
 from engine.models.qwen35_node import Qwen35Node
@@ -24,14 +32,38 @@ from engine.runtime.graph import NodeSubmodule
 
 
 @dataclass(frozen=True)
-class Architecture:
+class StreamNode:
+    """A node fed the previous node's token stream (engine/worker/stream_stage.py runs it)."""
+
     network: type[nn.Module]
     node: type[NodeSubmodule]
+    presets: Mapping[str, Any]  # the architecture's preset name -> this network's config
+
+
+@dataclass(frozen=True)
+class Architecture:
+    network: type[nn.Module]  # the first node's
+    node: type[NodeSubmodule]
     presets: Mapping[str, Any]  # preset name -> config (with a vocab_size)
+    streams: tuple[StreamNode, ...] = ()
+    speech: SpeechFormat | None = None
 
 
 ARCHITECTURES: dict[str, Architecture] = {
     "qwen35": Architecture(Qwen35ForCausalLM, Qwen35Node, QWEN35_PRESETS),
+    "orpheus": Architecture(
+        LlamaForCausalLM,
+        OrpheusNode,
+        orpheus.PRESETS,
+        streams=(
+            StreamNode(
+                snac.SnacDecoder,
+                SnacNode,
+                {"3b": snac.PRESETS["24khz"], "tiny": snac.PRESETS["tiny"]},
+            ),
+        ),
+        speech=orpheus.SPEECH,
+    ),
 }
 
 
@@ -51,16 +83,40 @@ def build_model(
     device: str | torch.device,
     path: str | None = None,
 ) -> nn.Module:
-    """The model of a scenario: random weights of `preset` from `seed`, or `path`'s checkpoint
-    (then preset and seed are not used). dtype may be a name such as "bfloat16"."""
-    network = architecture(arch).network
+    """The model of a scenario (its first node's network): random weights of `preset` from
+    `seed`, or `path`'s checkpoint (then preset and seed are not used). dtype may be a name
+    such as "bfloat16"."""
+    entry = architecture(arch)
+    dtype = _dtype(dtype)
+    if path is not None:
+        if not hasattr(entry.network, "from_pretrained"):
+            raise ValueError(f"{arch} loads no checkpoint yet: leave model.path unset")
+        return entry.network.from_pretrained(path, dtype, device)
+    return entry.network.random(_preset(arch, entry.presets, preset), seed, dtype, device)
+
+
+def build_streams(
+    arch: str, preset: str, seed: int, dtype: str | torch.dtype, device: str | torch.device
+) -> list[tuple[nn.Module, NodeSubmodule]]:
+    """The networks and nodes downstream of the first, in stream order (none for most)."""
+    return [
+        (s.network.random(_preset(arch, s.presets, preset), seed, _dtype(dtype), device), s.node())
+        for s in architecture(arch).streams
+    ]
+
+
+def _preset(arch: str, presets: Mapping[str, Any], preset: str):
+    if preset not in presets:
+        raise ValueError(f"unknown {arch} preset {preset!r}; presets: {', '.join(presets)}")
+    return presets[preset]
+
+
+def _dtype(dtype: str | torch.dtype) -> torch.dtype:
     if isinstance(dtype, str):
         if not isinstance(getattr(torch, dtype, None), torch.dtype):
             raise ValueError(f"unknown dtype {dtype!r}; use e.g. float32 or bfloat16")
         dtype = getattr(torch, dtype)
-    if path is not None:
-        return network.from_pretrained(path, dtype, device)
-    return network.from_preset(preset, seed, dtype, device)
+    return dtype
 
 
 def build_node(

@@ -5,20 +5,14 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from engine.models.decoder import DecoderShapes, check_eos
 from engine.models.hf_checkpoint import CheckpointError
 
 FULL, LINEAR = "full_attention", "linear_attention"
 
 
 @dataclass(frozen=True)
-class Qwen35Config:
-    vocab_size: int
-    hidden_size: int
-    intermediate_size: int
-    num_hidden_layers: int
-    num_attention_heads: int
-    num_key_value_heads: int
-    head_dim: int
+class Qwen35Config(DecoderShapes):
     linear_num_key_heads: int
     linear_num_value_heads: int
     linear_key_head_dim: int
@@ -42,10 +36,7 @@ class Qwen35Config:
         known = set(self.layer_types) <= {FULL, LINEAR}
         if len(self.layer_types) != self.num_hidden_layers or not known:
             raise ValueError(f"layer_types must be {self.num_hidden_layers} of {FULL!r}/{LINEAR!r}")
-        if not self.eos_token_ids or not all(0 <= t < self.vocab_size for t in self.eos_token_ids):
-            raise ValueError(
-                f"eos_token_ids must be ids below vocab_size, got {self.eos_token_ids}"
-            )
+        check_eos(self.eos_token_ids, self.vocab_size)
 
     @property
     def rotary_dim(self) -> int:

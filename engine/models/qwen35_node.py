@@ -1,44 +1,12 @@
-"""Qwen3.5 as a graph node: a prefill walk, then a decode loop, and its stop declarations.
-
-The decode loop declares a stop policy (EOS, with the loop's cap as its budget, or AR), so
-the runtime decides decode stops itself; the prefill walk keeps the model's `check_stop`,
-which may end the partition: a stop token sampled at prefill ends the reply, and
-max_tokens counts the prefill's token.
-"""
+"""Qwen3.5 as a graph node: a prefill walk, then a decode loop declaring an EOS stop policy
+(the loop's cap is its budget) by default, or AR (engine/models/token_node.py)."""
 
 from __future__ import annotations
 
-from engine.runtime.graph import GraphSpec, NodeSubmodule, StopCheck, StopRows
-from engine.runtime.stops import StopKind, StopPolicy
+from engine.models.token_node import DECODE_LOOP, TokenNode, token_graph
 
-DECODE_LOOP = "decode_loop"
+__all__ = ["DECODE_LOOP", "Qwen35Node"]
 
 
-class Qwen35Node(NodeSubmodule):
-    graph = GraphSpec(node="qwen35", walks=("prefill", "decode"), loops={DECODE_LOOP: "decode"})
-
-    def __init__(self, eos_token_ids: list[int], policy_kind: StopKind = StopKind.EOS):
-        self.eos_token_ids = tuple(eos_token_ids)
-        self.policy_kind = policy_kind
-
-    def get_stop_policies(self, walk: str) -> dict[str, StopPolicy] | None:
-        if walk == "decode":
-            return {DECODE_LOOP: StopPolicy(self.policy_kind, token_column="new_token")}
-        return None
-
-    def get_loop_caps(self, max_tokens: int) -> dict[str, int]:
-        # The prefill samples the first output token; the loop samples the rest.
-        return {DECODE_LOOP: max_tokens - 1}
-
-    def check_stop(self, rows: StopRows) -> StopCheck:
-        """The model's own per-row check: EOS unless ignore_eos, then max_tokens."""
-        count = len(rows.rids)
-        check = StopCheck.none(count)
-        eos = set(self.eos_token_ids)
-        for i in range(count):
-            by_token = not rows.ignore_eos[i] and int(rows.tokens[i]) in eos
-            stopped = by_token or rows.output_counts[i] >= rows.max_tokens[i]
-            check.stopped[i] = stopped
-            check.by_token[i] = by_token
-            check.end_partition[i] = stopped and rows.walks[i] == "prefill"
-        return check
+class Qwen35Node(TokenNode):
+    graph = token_graph("qwen35")

@@ -7,6 +7,7 @@ declared, not hard-wired).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -72,6 +73,10 @@ class NodeSubmodule:
 
     graph: GraphSpec
     eos_token_ids: tuple[int, ...] = ()
+    # The logit mask the node declares, if any: a method sampling_window(output_index) ->
+    # (low, width): per row, given the index in its output of the token it samples, the ids
+    # [low, low + width) it may sample (one width for all rows). None: the whole vocabulary.
+    sampling_window: Callable[[np.ndarray], tuple[np.ndarray, int]] | None = None
 
     def get_stop_policies(self, walk: str) -> dict[str, StopPolicy] | None:
         """Loop name -> policy for a walk; None keeps calling `check_stop` for it."""

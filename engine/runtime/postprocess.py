@@ -35,6 +35,7 @@ class StepOutput:
     tokens: np.ndarray  # int64 [R]
     logprobs: np.ndarray | None = None  # float32 [R] when any row asked for log-probs
     check_stop_buffers: dict[str, np.ndarray] = field(default_factory=dict)
+    audio: list[bytes] | None = None  # per row, the PCM a codec node decoded (frames carry it)
     walk: str | None = field(init=False)  # the step's walk; None when it mixes walks
 
     def __post_init__(self) -> None:
@@ -49,6 +50,7 @@ class StepOutput:
             tokens=self.tokens[idx],
             logprobs=None if self.logprobs is None else self.logprobs[idx],
             check_stop_buffers={k: v[idx] for k, v in self.check_stop_buffers.items()},
+            audio=None if self.audio is None else [self.audio[i] for i in idx],
         )
 
 
@@ -204,11 +206,12 @@ def _frames(out, stopped, by_token, failed, logprobs, prompt_tokens) -> list[Tok
         frames.append(
             TokenFrame(
                 rid=rid,
-                tokens=[tokens[row]],
+                tokens=[tokens[row]] if out.audio is None else [],
                 logprobs=None if logprobs is None else [float(logprobs[row])],
                 finish_reason=reason,
                 prompt_tokens=prompt_tokens.get(rid, 0),
                 error="stop check failed" if failed[row] else None,
+                audio=None if out.audio is None else out.audio[row],
             )
         )
     return frames

@@ -8,6 +8,7 @@ the postprocess decides stops, so a request that stops on this step is up to dat
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -16,10 +17,11 @@ import torch
 from engine.cache import KVCache
 from engine.config import ConfigError, EngineConfig
 from engine.kernels import build_ops
-from engine.layers.sampler import SamplingParams
+from engine.layers.sampler import SamplingParams, window_logits
 from engine.messages import AddRequest
 from engine.runtime.postprocess import StepOutput
 from engine.worker.graphs import DecodeGraphs
+from engine.worker.piecewise import PiecewiseGraphs
 from engine.worker.request import Request
 from engine.worker.scheduler import ScheduledRow, Scheduler
 from engine.worker.step_inputs import StepInputs
@@ -84,8 +86,15 @@ class PendingStep:
         )
 
 
+LogitMask = Callable[[np.ndarray], tuple[np.ndarray, int]]
+
+
 class Engine:
-    def __init__(self, model: torch.nn.Module, config: EngineConfig):
+    def __init__(
+        self, model: torch.nn.Module, config: EngineConfig, logit_mask: LogitMask | None = None
+    ):
+        """`logit_mask`: the node's declared mask (NodeSubmodule.sampling_window): every
+        sampled row samples only the ids its window allows."""
         if config.max_tokens_per_step < config.max_rows:
             raise ConfigError("engine.max_tokens_per_step must be >= engine.max_rows")
         if config.kv_pages * config.page_size < config.max_model_len:
@@ -110,11 +119,17 @@ class Engine:
             config.max_tokens_per_step, config.max_rows, max_pages, self.device, slots
         )
         self._check_double_buffering()
-        self.graphs = None
-        if config.cuda_graphs and self.ops.attention_backend is not None:
+        self.graphs = self.piecewise = None
+        capturable = self.ops.attention_backend is not None  # the CUDA kernels, bf16/fp16
+        if config.cuda_graphs and capturable:
             self.graphs = DecodeGraphs(
                 model, self.cache, self.ops, self.inputs, config.max_rows, max_pages
             )
+        if config.piecewise_graphs and capturable:
+            self.piecewise = PiecewiseGraphs(
+                model, self.cache, self.ops, self.inputs, config.max_tokens_per_step
+            )
+        self.logit_mask = logit_mask
         self.requests: dict[int, Request] = {}
         self._arrivals = 0
 
@@ -158,6 +173,8 @@ class Engine:
         if self.graphs is not None and all(r.walk == "decode" for r in rows):
             step = self.graphs.replay(rows, feed_from, feed_index)
             logits, greedy = step.logits[: len(rows)], step.tokens[: len(rows)]
+        elif self.piecewise is not None:
+            logits = self.piecewise.run(rows, feed_from, feed_index)
         else:
             batch = self.inputs.stage(rows, self.cache, self.ops, feed_index=feed_index)
             batch.gather_fed_tokens(feed_from)
@@ -170,14 +187,23 @@ class Engine:
             empty = torch.empty(0, dtype=torch.int64, device=self.device)
             return PendingStep(rows, sampled, empty, None, self.requests)
         params = [r.sampling for r in picked]
-        if greedy is not None and all(p.greedy and not p.logprobs for p in params):
+        if (
+            greedy is not None
+            and self.logit_mask is None
+            and all(p.greedy and not p.logprobs for p in params)
+        ):
             return PendingStep(rows, sampled, greedy, None, self.requests)
         if len(sampled) < len(rows):
             logits = logits[sampled]
         # The sampled token's index in its request's output (its token may not be on the
         # host yet: num_cached, already advanced, counts it).
         output_index = [r.num_cached - len(r.prompt) for r in picked]
+        offsets = None
+        if self.logit_mask is not None:
+            logits, offsets = window_logits(logits, *self.logit_mask(np.array(output_index)))
         tokens, logprobs = self.ops.sample(logits, params, output_index)
+        if offsets is not None:  # an index into the window -> the token id
+            tokens = tokens + offsets
         want_logprobs = any(p.logprobs for p in params)
         return PendingStep(
             rows, sampled, tokens, logprobs if want_logprobs else None, self.requests

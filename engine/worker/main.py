@@ -26,8 +26,9 @@ from engine import env, ipc_dirs
 from engine.config import ConfigError, EngineConfig, ModelSpec
 from engine.env import EnvError
 from engine.messages import Ready, Shutdown, decode_to_worker, encode
-from engine.models import build_model, build_node
+from engine.models import architecture, build_model, build_node, build_streams
 from engine.worker.engine import Engine
+from engine.worker.stream_stage import StreamStage
 from engine.worker.timing import PhaseTimer, SpanPublisher, jsonl_sink
 from engine.worker.worker import Worker
 
@@ -53,22 +54,26 @@ def build_worker(
 ) -> Worker:
     """A worker over the scenario's model and engine settings, as this process runs it; the
     benchmarks build theirs here too, so they measure the production assembly."""
+    spec = model_spec
     model = build_model(
-        model_spec.arch,
-        model_spec.preset,
-        model_spec.seed,
-        config.dtype,
-        config.device,
-        path=model_spec.path,
+        spec.arch, spec.preset, spec.seed, config.dtype, config.device, path=spec.path
     )
+    node = build_node(spec.arch, model, spec.eos_token_ids)
+    stages = [
+        StreamStage(network, stream_node, timer, config.state_slots * 2, config.runtime_stops)
+        for network, stream_node in build_streams(
+            spec.arch, spec.preset, spec.seed, config.dtype, config.device
+        )
+    ]
     return Worker(
-        Engine(model, config),
-        build_node(model_spec.arch, model, model_spec.eos_token_ids),
+        Engine(model, config, logit_mask=node.sampling_window),
+        node,
         timer,
         send,
         runtime_stops=config.runtime_stops,
         planted_delay_us=config.planted_delay_us,
         overlap=config.overlap,
+        stages=stages,
     )
 
 
@@ -108,6 +113,7 @@ def run(model_spec: ModelSpec, config: EngineConfig, ipc_dir: str, server: str, 
                 vocab_size=worker.engine.model.config.vocab_size,
                 max_model_len=config.max_model_len,
                 eos_token_ids=list(worker.node.eos_token_ids),
+                speech=architecture(model_spec.arch).speech,
             )
         )
         _serve(worker, inbox, ended)

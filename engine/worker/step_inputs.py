@@ -52,6 +52,11 @@ class StepInputs:
         ]
         self.slots = slots
         self.slot = 0  # the host buffer the next stage writes
+        # Per host buffer, an event after the last copy that read it; staging into a buffer
+        # whose copy has not run yet is the hazard itself (that step would read the new
+        # inputs): counted, so a run with one buffer shows how often it happened.
+        self.copied: list[torch.cuda.Event | None] = [None] * slots
+        self.hazards = 0
         self.device_buffer = (
             torch.empty(offset, dtype=torch.int32, device=device) if self.on_cuda else None
         )
@@ -63,9 +68,12 @@ class StepInputs:
         ops,
         pad_to: int | None = None,
         feed_index: dict[int, int] | None = None,
+        pad_tokens_to: int | None = None,
     ) -> ForwardBatch:
-        """The step's ForwardBatch; with `pad_to`, a decode step padded to that many rows.
-        `feed_index` maps the rid of a row whose input token the host does not have yet to
+        """The step's ForwardBatch; with `pad_to`, a decode step padded to that many rows;
+        with `pad_tokens_to`, the token fields padded to that many tokens (the piecewise
+        runner's token bucket: padding tokens have id 0, position 0 and store no K/V, and
+        belong to no row). `feed_index` maps the rid of a row whose input token the host does not have yet to
         that token's index in the in-flight step's output (see ForwardBatch.gather_fed_tokens)."""
         page_size = cache.page_size
         real = len(rows)
@@ -100,6 +108,15 @@ class StepInputs:
         ids, feed = _token_ids(rows, cached, num_new, cu, feed_index)
         state_slots = np.full(real + pad, cache.sink_slot, dtype=np.int64)
         state_slots[:real] = [r.request.slot for r in rows]
+        if pad_tokens_to is not None:
+            extra = pad_tokens_to - len(ids)
+            if extra < 0:
+                raise ValueError(f"{len(ids)} tokens do not fit a bucket of {pad_tokens_to}")
+            ids, positions, token_row, feed = (
+                np.pad(a, (0, extra)) for a in (ids, positions, token_row, feed + 1)
+            )
+            feed -= 1  # padded with -1: the host has every padding token
+            slots = np.pad(slots, (0, extra), constant_values=-1)
         parts = {
             "input_ids": ids,
             "positions": positions,
@@ -142,8 +159,10 @@ class StepInputs:
     def _send(self, parts: dict[str, np.ndarray]):
         """Write each field at its offset, copy the used prefix in one H2D copy, and return
         views of both sides by name."""
-        host = self.hosts[self.slot]
+        slot, host = self.slot, self.hosts[self.slot]
         self.slot = (self.slot + 1) % len(self.hosts)
+        if self.copied[slot] is not None and not self.copied[slot].query():
+            self.hazards += 1
         host_np = host.numpy()
         spans, end = {}, 0
         for name, array in parts.items():
@@ -155,6 +174,8 @@ class StepInputs:
         if self.on_cuda:
             device = self.device_buffer
             device[:end].copy_(host[:end], non_blocking=True)
+            self.copied[slot] = torch.cuda.Event()
+            self.copied[slot].record()
 
         def views(buffer: torch.Tensor) -> dict[str, torch.Tensor]:
             return {name: buffer[a:b].view(shape) for name, (a, b, shape) in spans.items()}

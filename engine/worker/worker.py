@@ -1,8 +1,13 @@
 """The worker loop: messages in, schedule, step the model, phased postprocess, frames out.
 
 One iteration: handle the messages that arrived, schedule, launch the step, wait for it,
-then postprocess it as one begin/resume loop with a handler per break. Phase timing
-(timing.py) wraps each stage when on; when off each site costs one boolean check.
+then postprocess it as one begin/resume loop with a handler per break (node_postprocess.py).
+A model whose graph has nodes after the first (Orpheus: an audio codec fed the LLM's tokens)
+runs them as stream stages (stream_stage.py) in the same iteration: the first node's frames
+go to the next node's input instead of the API server, and each stage then steps its ready
+rows. A request's partition ends when its last node's loop ends; then every node's state of
+it is freed. Phase timing (timing.py) wraps each stage when on; when off each site costs one
+boolean check.
 """
 
 from __future__ import annotations
@@ -14,15 +19,8 @@ from collections.abc import Callable
 import numpy as np
 
 from engine.messages import Abort, AddRequest, GetStats, StepFrames, TokenFrame, WorkerStats
-from engine.runtime.graph import NodeSubmodule, StopCheck, StopRows
-from engine.runtime.postprocess import (
-    Break,
-    PhasedPostprocess,
-    PostprocessNeed,
-    PostprocessRequest,
-    SendInput,
-    StepOutput,
-)
+from engine.runtime.graph import NodeSubmodule, StopCheck
+from engine.runtime.postprocess import PhasedPostprocess, StepOutput
 from engine.runtime.runtime import GraphRuntime
 from engine.spans import (
     ADD_REQUEST,
@@ -30,7 +28,6 @@ from engine.spans import (
     FORWARD,
     ITERATION,
     MESSAGE,
-    POSTPROCESS,
     POSTPROCESS_BATCH,
     PREMATERIALIZE,
     REMOVE_REQUEST,
@@ -38,10 +35,14 @@ from engine.spans import (
     ROWS_PER_STEP,
     RUNNING_REQUESTS,
     SCHEDULE,
+    STAGING_HAZARDS,
     TOKENS_PER_STEP,
+    NodeSpans,
     lap,
 )
 from engine.worker.engine import Engine, PendingStep
+from engine.worker.node_postprocess import postprocess_step, stop_rows
+from engine.worker.stream_stage import StreamStage
 from engine.worker.timing import PhaseTimer, now_ns
 
 log = logging.getLogger("engine.worker")
@@ -57,7 +58,9 @@ class Worker:
         runtime_stops: bool = True,
         planted_delay_us: int = 0,
         overlap: bool = False,
+        stages: list[StreamStage] | None = None,
     ):
+        """`stages`: the nodes after the first, in stream order (none for most models)."""
         self.engine = engine
         self.node = node
         self.timer = timer
@@ -71,6 +74,9 @@ class Worker:
         self._launch_ns = (0, 0, 0)  # the last launch's start, scheduled, launched (timing on)
         self.overlap = overlap  # launch step N+1 before postprocessing step N
         self._in_flight: PendingStep | None = None  # launched, not yet postprocessed
+        self._hazards_seen = 0
+        self.stages = stages or []
+        self.spans = NodeSpans.of(None)
 
     # --- messages ------------------------------------------------------------------------
     def handle(self, msg: object) -> None:
@@ -79,11 +85,12 @@ class Worker:
         if isinstance(msg, AddRequest):
             self._add_request(msg)
         elif isinstance(msg, Abort):
-            if self.runtime.has_request(msg.rid):
-                self._remove_request(msg.rid)
+            if self.runtime.has_request(msg.rid) or any(s.holds(msg.rid) for s in self.stages):
+                self._end_partition(msg.rid)
                 self.send(StepFrames([TokenFrame(msg.rid, [], finish_reason="abort")]))
         elif isinstance(msg, GetStats):
-            self.send(WorkerStats(**self.engine.pool_stats()))
+            streaming = sum(len(stage.streams) for stage in self.stages)
+            self.send(WorkerStats(**self.engine.pool_stats(), streaming=streaming))
         if timing:
             self.timer.span(MESSAGE + type(msg).__struct_config__.tag, now_ns() - t0)
 
@@ -97,11 +104,36 @@ class Worker:
         handle = request.handle = self.runtime.add_request(msg.rid)
         for walk, limits in self.node.stop_limits(msg.max_tokens, msg.ignore_eos).items():
             self.runtime.register_limits(handle, walk, limits)
+        t3 = now_ns() if timing else 0
+        for stage in self.stages:
+            stage.add_request(msg)
         if timing:
-            t3 = now_ns()
             self.timer.span(lap(ADD_REQUEST, "read_prompt"), t1 - t0)
             self.timer.span(lap(ADD_REQUEST, "engine"), t2 - t1)
             self.timer.span(lap(ADD_REQUEST, "runtime"), t3 - t2)
+            if self.stages:
+                self.timer.span(lap(ADD_REQUEST, "streams"), now_ns() - t3)
+
+    def _end_partition(self, rid: int) -> None:
+        """Free every node's state of a request: its partition ended (or was aborted)."""
+        if self.runtime.has_request(rid):
+            self._remove_request(rid)
+        for stage in self.stages:
+            stage.remove(rid)
+
+    def _emit(self, frames: list[TokenFrame], after: int) -> None:
+        """Frames of node `after` (0: the first) go to the next node's input; what the last
+        node emits goes to the API server, and a last frame there ends its partition."""
+        if not self.stages:
+            self.send(StepFrames(frames))
+            return
+        for stage in self.stages[after:]:
+            frames = stage.feed(frames)
+        if frames:
+            self.send(StepFrames(frames))
+        for frame in frames:
+            if frame.finish_reason is not None:
+                self._end_partition(frame.rid)
 
     def _remove_request(self, rid: int) -> None:
         timing = self.timer.enabled
@@ -118,12 +150,17 @@ class Worker:
 
     # --- one iteration -------------------------------------------------------------------
     def has_work(self) -> bool:
-        return self._in_flight is not None or self.engine.scheduler.has_work()
+        return (
+            self._in_flight is not None
+            or self.engine.scheduler.has_work()
+            or any(stage.has_work() for stage in self.stages)
+        )
 
     def iteration(self) -> bool:
         """One step's worth of work; False when idle. Strict: launch a step, postprocess it.
         Overlapped: launch step N+1 (its decode rows fed step N's tokens on the device), then
-        postprocess step N while N+1 runs; rows N's postprocess stops are dropped from N+1."""
+        postprocess step N while N+1 runs; rows N's postprocess stops are dropped from N+1.
+        Then each stream stage steps the rows the frames just routed to it made ready."""
         if not self.overlap:
             done = self.launch()
             if done is not None:
@@ -134,22 +171,31 @@ class Worker:
                 self.postprocess_batch(done)
             elif self._in_flight is not None:  # the first step of a busy spell: nothing to
                 return True  # postprocess yet
-        if done is None:
+        t3 = now_ns() if self.timer.enabled else 0
+        streamed = sum(stage.step(self._emitter(i + 1)) for i, stage in enumerate(self.stages))
+        if done is None and not streamed:
             return False
         if self.timer.enabled:  # the bookkeeping after the last timestamp, out of the spans
-            t3 = now_ns()
+            t4 = now_ns()
             t0, t1, t2 = self._launch_ns
-            rows = done.rows
-            self.timer.span(SCHEDULE, t1 - t0)
-            self.timer.span(FORWARD, t2 - t1)
-            self.timer.span(POSTPROCESS_BATCH, t3 - t2)
-            self.timer.span(ITERATION, t3 - t0)
+            rows = done.rows if done is not None else []
+            if done is not None:
+                self.timer.span(SCHEDULE, t1 - t0)
+                self.timer.span(FORWARD, t2 - t1)
+                self.timer.span(POSTPROCESS_BATCH, t3 - t2)
+            self.timer.span(ITERATION, t4 - t0)
             self.timer.count(ROWS_PER_STEP, len(rows))
             self.timer.count(TOKENS_PER_STEP, sum(r.num_new for r in rows))
             self.timer.count(RUNNING_REQUESTS, len(self.engine.scheduler.running))
             self.timer.count(REQUESTS, len(self.engine.requests))
+            hazards = self.engine.inputs.hazards
+            self.timer.count(STAGING_HAZARDS, hazards - self._hazards_seen)
+            self._hazards_seen = hazards
             self.timer.end_iteration(len(rows))
         return True
+
+    def _emitter(self, after: int):
+        return lambda frames: self._emit(frames, after)
 
     def launch(self, feed: PendingStep | None = None) -> PendingStep | None:
         """Schedule the next step and launch it; None when there is nothing to run. `feed`:
@@ -177,65 +223,27 @@ class Worker:
         if len(out.rids) == 0:
             return
         self.engine.step_finished(out)
-        runtime_stops = self.runtime_stops and self._runtime_can_check(out)
-        stops = None
-        if not runtime_stops:  # the model decides before the runtime begins; final
-            t = now_ns() if timing else 0
-            stops = self._check_stop(out, np.arange(len(out.rids)))
-            if timing:
-                self.timer.span(POSTPROCESS + "check_stop", now_ns() - t)
-        t = now_ns() if timing else 0
-        brk = self.postprocess.begin(PostprocessRequest(out, runtime_stops, stops))
-        while brk.need is not PostprocessNeed.DONE:
-            if timing:
-                self.timer.span(POSTPROCESS + "runtime", now_ns() - t)
-            answer = self._handle_break(brk)
-            t = now_ns() if timing else 0
-            brk = self.postprocess.resume(answer)
+        result = postprocess_step(
+            self.postprocess, out, self, self.runtime_stops, self.timer, self.spans
+        )
         t_tail = now_ns() if timing else 0
-        if timing:
-            self.timer.span(POSTPROCESS + "runtime", t_tail - t)
-        result = brk.result
         if self.planted_delay_s:  # bench power's known slowdown, inside the postprocess work
             _spin(self.planted_delay_s)
-        self.send(StepFrames(result.frames))
-        for rid in result.finished + result.failed:
+        for rid in result.finished + result.failed:  # this node's part of them ends
             self._remove_request(rid)
+        self._emit(result.frames, after=0)
         if timing:
-            self.timer.span(POSTPROCESS + "tail", now_ns() - t_tail)
+            self.timer.span(self.spans.tail, now_ns() - t_tail)
 
-    def _handle_break(self, brk: Break) -> object:
-        timing = self.timer.enabled
-        t = now_ns() if timing else 0
-        if brk.need is PostprocessNeed.STOPS:
-            answer, name = self._check_stop(brk.output, brk.rows), "check_stop"
-        elif brk.need is PostprocessNeed.STORE:
-            answer, name = brk.output.logprobs[brk.rows], "store_tensors"
-        else:
-            requests = self.engine.requests
-            rids = brk.plan.finished + brk.plan.failed
-            answer = SendInput({rid: len(requests[rid].prompt) for rid in rids})
-            name = "send_prep"
-        if timing:
-            self.timer.span(POSTPROCESS + name, now_ns() - t)
-        return answer
-
-    def _runtime_can_check(self, out: StepOutput) -> bool:
-        """One walk, a declared policy, and the stop buffer its token column names."""
-        return self.runtime.token_column(out.walk, out.check_stop_buffers) is not None
-
-    def _check_stop(self, out: StepOutput, rows: np.ndarray) -> StopCheck:
+    # --- what the postprocess asks of the node (node_postprocess.NodeHandlers) ----------
+    def check_stop(self, out: StepOutput, rows: np.ndarray) -> StopCheck:
         reqs = [self.engine.requests[int(out.rids[i])] for i in rows]
-        return self.node.check_stop(
-            StopRows.of(
-                out.rids[rows],
-                [out.row_walks[i] for i in rows],
-                out.tokens[rows],
-                [r.num_output for r in reqs],
-                [r.max_tokens for r in reqs],
-                [r.ignore_eos for r in reqs],
-            )
-        )
+        counts = [r.num_output for r in reqs]
+        budgets, ignore = [r.max_tokens for r in reqs], [r.ignore_eos for r in reqs]
+        return self.node.check_stop(stop_rows(out, rows, counts, budgets, ignore))
+
+    def prompt_tokens(self, rid: int) -> int:
+        return len(self.engine.requests[rid].prompt)
 
 
 def _spin(seconds: float) -> None:

@@ -118,7 +118,7 @@ def compare(
     labels: Mapping[str, str],
     *,
     external: Collection[str] = (),
-    tokens_per_audio_s: float | None = None,
+    audio: bool = False,
     headline: str = HEADLINE,
     rule: Rule = Rule(),
     waits: tuple[str, ...] = phases.POSTPROCESS_WAITS,
@@ -126,8 +126,10 @@ def compare(
 ) -> Comparison:
     """Compare arm B against arm A, the rows told apart by their letter (so an A/A run of one
     arm works). `labels` maps "A"/"B" to the manifest's arm labels; `external` names the
-    letters whose arm is an external URL (no spans expected). With `unit=BETWEEN_RUNS` the
-    rows' `block` names a recorded run, and each run is one replicate (stats.run_change).
+    letters whose arm is an external URL (no spans expected); `audio` says the load was
+    speech, whose figures are audio-seconds/s, TTFA, E2E and RTF (metrics.figures). With
+    `unit=BETWEEN_RUNS` the rows' `block` names a recorded run, and each run is one replicate
+    (stats.run_change).
 
     The headline is judged at `rule`; it alone decides `regression`. The postprocess's own
     work, the worker's designated diagnostic, is judged at `rule` too, on its own. Every other
@@ -135,10 +137,10 @@ def compare(
     shows a verdict on any of them at most 1 - level of the time (docs/STATISTICS.md)."""
     if spans is None or spans.empty:
         spans = empty("spans")
-    per_server = metrics.server_summary(requests, servers, tokens_per_audio_s)
-    per_arm = metrics.arm_summary(requests, servers, tokens_per_audio_s).set_index("letter")
+    per_server = metrics.server_summary(requests, servers, audio)
+    per_arm = metrics.arm_summary(requests, servers, audio).set_index("letter")
     phase_values = phases.phase_table(spans, phases.BY_SERVER, waits)
-    listed = metrics.figures(tokens_per_audio_s)
+    listed = metrics.figures(audio)
     designated = {headline, phases.POSTPROCESS_WORK}
     family = len({f.name for f in listed} - designated)
     family += len(set(phase_values["name"]) - designated)

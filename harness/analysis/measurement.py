@@ -66,10 +66,10 @@ class Measurement:
         return msgspec.convert(data, cls)
 
 
-def figures() -> list[metrics.Figure]:
+def figures(audio: bool = False) -> list[metrics.Figure]:
     """A measurement's figures: the comparison's, and completed requests per second."""
     rate = metrics.Figure("request_per_s_run", "requests/s (whole run)", "req/s", True)
-    return [*metrics.figures(), rate]
+    return [*metrics.figures(audio), rate]
 
 
 def measure(
@@ -83,15 +83,17 @@ def measure(
     slos_ms: dict[str, float] | None = None,
     slo_attainment: float = SLO_ATTAINMENT,
     external: bool = False,
+    audio: bool = False,
 ) -> Measurement:
+    """`audio`: a speech load, whose figures are audio's (metrics.figures)."""
     spans = empty("spans") if spans is None or spans.empty else spans
-    per_server = metrics.server_summary(requests, servers)
+    per_server = metrics.server_summary(requests, servers, audio)
     groups = dict(list(requests.groupby(["block", "slot"]))) if len(requests) else {}
     per_server["request_per_s_run"] = [
         metrics.run_request_per_s(groups.get(key, requests.iloc[:0]))
         for key in zip(per_server["block"], per_server["slot"], strict=True)
     ]
-    pooled = metrics.arm_summary(requests, servers).set_index("letter")
+    pooled = metrics.arm_summary(requests, servers, audio).set_index("letter")
     pooled.loc[LETTER, "request_per_s_run"] = per_server["request_per_s_run"].mean()
     values = [
         Value(
@@ -101,7 +103,7 @@ def measure(
             pooled[f.name].get(LETTER),
             per_server[f.name].tolist(),
         )
-        for f in figures()
+        for f in figures(audio)
     ]
     table = phases.phase_table(spans, phases.BY_ARM).set_index("name")["ms_per_iter"]
     costs = phases.message_costs(spans, phases.BY_ARM).set_index("name")["ms_per_request"]

@@ -19,7 +19,11 @@ from harness.analysis.schema import SERVER_KEY
 QUANTILES = {"p50": 0.50, "p90": 0.90, "p99": 0.99}
 STATS = [*QUANTILES, "mean"]
 LATENCIES = ["ttft", "tpot", "itl", "e2e"]
+SPEECH_LATENCIES = ["ttfa", "e2e", "rtf"]  # a speech load's (RTF is a ratio, not a time)
+RATIOS = {"rtf"}
 NO_SAMPLES = np.empty(0)
+# OpenAI's response_format `pcm`, what /v1/audio/speech streams: 24 kHz, 16-bit, mono.
+PCM_BYTES_PER_S = 24_000 * 2
 
 
 @dataclass(frozen=True)
@@ -32,16 +36,25 @@ class Figure:
     higher_is_better: bool
 
 
-def figures(tokens_per_audio_s: float | None = None) -> list[Figure]:
-    """The figures compared, headline first."""
-    out = [Figure("output_tok_per_s", "output tok/s (steady)", "tok/s", True)]
-    if tokens_per_audio_s:
-        out.append(Figure("audio_s_per_s", "audio-seconds/s (steady)", "audio-s/s", True))
-    out.append(Figure("output_tok_per_s_run", "output tok/s (whole load)", "tok/s", True))
-    for metric in LATENCIES:
+def figures(audio: bool = False) -> list[Figure]:
+    """The figures compared, headline first: tokens, or audio for a speech load."""
+    if audio:
+        out = [
+            Figure("audio_s_per_s", "audio-seconds/s (steady)", "audio-s/s", True),
+            Figure("audio_s_per_s_run", "audio-seconds/s (whole load)", "audio-s/s", True),
+        ]
+    else:
+        out = [
+            Figure("output_tok_per_s", "output tok/s (steady)", "tok/s", True),
+            Figure("output_tok_per_s_run", "output tok/s (whole load)", "tok/s", True),
+        ]
+    for metric in SPEECH_LATENCIES if audio else LATENCIES:
         for stat in ("p50", "p99"):
             label = f"{metric.upper()} {stat} (steady)"
-            out.append(Figure(f"{metric}_{stat}_ms", label, "ms", False))
+            if metric in RATIOS:
+                out.append(Figure(f"{metric}_{stat}", label, "x", False))
+            else:
+                out.append(Figure(f"{metric}_{stat}_ms", label, "ms", False))
     return out
 
 
@@ -81,6 +94,18 @@ def e2e_s(requests: pd.DataFrame) -> pd.Series:
     return requests["end_s"].astype(float) - requests["send_s"]
 
 
+def audio_s(requests: pd.DataFrame) -> pd.Series:
+    """Seconds of audio each request received: its PCM bytes / PCM_BYTES_PER_S."""
+    return requests["audio_bytes"].map(lambda pieces: float(np.sum(pieces))) / PCM_BYTES_PER_S
+
+
+def rtf(requests: pd.DataFrame) -> pd.Series:
+    """Real-time factor: E2E over the seconds of audio received (below 1: made faster than it
+    plays); NaN for a request that received no audio."""
+    seconds = audio_s(requests)
+    return e2e_s(requests) / seconds.where(seconds > 0)
+
+
 def itl_s(requests: pd.DataFrame) -> np.ndarray:
     """Every gap between consecutive token arrivals of a request, all requests together."""
     gaps = [np.diff(np.asarray(t, dtype=float)) for t in requests["token_times_s"]]
@@ -110,14 +135,27 @@ def latency_samples(requests: pd.DataFrame, window: Window = None) -> dict[str, 
     steady window, only what happened inside it: TTFT, TPOT and E2E of the requests sent and
     ended inside it, and the ITL gaps whose two arrivals both lie inside it."""
     done = completed(requests)
-    if window is None:
-        whole, gaps = done, itl_s(done)
-    else:
-        start, end = window
-        inside = (done["send_s"] >= start) & (done["end_s"].astype(float) <= end)
-        whole, gaps = done[inside], _gaps_inside(done, start, end)
+    gaps = itl_s(done) if window is None else _gaps_inside(done, *window)
+    whole = _inside(done, window)
     samples = {"ttft": ttft_s(whole), "tpot": tpot_s(whole), "itl": gaps, "e2e": e2e_s(whole)}
     return {metric: np.asarray(seconds, dtype=float) for metric, seconds in samples.items()}
+
+
+def speech_samples(requests: pd.DataFrame, window: Window = None) -> dict[str, np.ndarray]:
+    """A speech load's latencies over the completed requests given, as latency_samples: TTFA
+    (a speech reply's TTFT: its first output is its first audio) and E2E in seconds, and RTF,
+    of the requests sent and ended inside the steady window when there is one."""
+    whole = _inside(completed(requests), window)
+    samples = {"ttfa": ttft_s(whole), "e2e": e2e_s(whole), "rtf": rtf(whole)}
+    return {metric: np.asarray(values, dtype=float) for metric, values in samples.items()}
+
+
+def _inside(done: pd.DataFrame, window: Window) -> pd.DataFrame:
+    """The requests sent and ended inside the window (all of them without one)."""
+    if window is None:
+        return done
+    start, end = window
+    return done[(done["send_s"] >= start) & (done["end_s"].astype(float) <= end)]
 
 
 def _gaps_inside(requests: pd.DataFrame, start: float, end: float) -> np.ndarray:
@@ -130,10 +168,14 @@ def _gaps_inside(requests: pd.DataFrame, start: float, end: float) -> np.ndarray
 
 
 def latency_ms(samples: Mapping[str, np.ndarray]) -> dict[str, float]:
-    """`<metric>_<stat>_ms` for each latency's samples (seconds)."""
+    """`<metric>_<stat>_ms` for each latency's samples (seconds); `<metric>_<stat>` for a
+    ratio's (RATIOS: RTF)."""
     out = {}
-    for metric, seconds in samples.items():
-        for stat, value in distribution(seconds * 1e3).items():
+    for metric, values in samples.items():
+        if metric in RATIOS:
+            out |= {f"{metric}_{stat}": v for stat, v in distribution(values).items()}
+            continue
+        for stat, value in distribution(values * 1e3).items():
             out[f"{metric}_{stat}_ms"] = value
     return out
 
@@ -156,6 +198,19 @@ def steady_tok_per_s(requests: pd.DataFrame, window: Window) -> float:
     return int(((times >= start) & (times <= end)).sum()) / (end - start)
 
 
+def steady_audio_s_per_s(requests: pd.DataFrame, window: Window) -> float:
+    """Seconds of audio of completed requests arriving in the steady window (each piece of
+    PCM counted at its arrival), per second of it; NaN as steady_tok_per_s."""
+    if measured(requests).empty or window is None:
+        return float("nan")
+    start, end = window
+    done = completed(requests)
+    times = np.concatenate([np.asarray(t, dtype=float) for t in done["audio_times_s"]] or [[]])
+    sizes = np.concatenate([np.asarray(b, dtype=float) for b in done["audio_bytes"]] or [[]])
+    inside = sizes[(times >= start) & (times <= end)].sum()
+    return float(inside) / PCM_BYTES_PER_S / (end - start)
+
+
 def run_span_s(requests: pd.DataFrame) -> float:
     """Seconds of load: each server's whole load, first send to last end (warmup included),
     summed over the servers in the frame (their clocks are their own); NaN without measured
@@ -172,24 +227,35 @@ def run_tok_per_s(requests: pd.DataFrame) -> float:
     (`run_span_s`). Every token delivered in that span counts and so does all of its time
     (counting only measured requests' tokens over their span would leave out the warmup
     requests' tokens but not the time they took: a figure biased low)."""
-    rows = requests[ok(requests)] if len(requests) else requests
-    if rows.empty:
-        return float("nan")
-    return float(rows["output_tokens"].sum()) / run_span_s(requests)
+    return _per_whole_load_s(requests, lambda rows: rows["output_tokens"].sum())
+
+
+def run_audio_s_per_s(requests: pd.DataFrame) -> float:
+    """Audio seconds of every succeeded request, warmup included, over the whole load, as
+    run_tok_per_s."""
+    return _per_whole_load_s(requests, lambda rows: audio_s(rows).sum())
 
 
 def run_request_per_s(requests: pd.DataFrame) -> float:
-    """Succeeded requests, warmup included, over the whole load, as `run_tok_per_s` counts."""
+    """Succeeded requests, warmup included, over the whole load, as run_tok_per_s."""
+    return _per_whole_load_s(requests, len)
+
+
+def _per_whole_load_s(requests: pd.DataFrame, amount) -> float:
+    """`amount(succeeded requests)` per second of the whole load (`run_span_s`); NaN without
+    measured requests, succeeded ones or time."""
     rows = requests[ok(requests)] if len(requests) else requests
     if rows.empty:
         return float("nan")
-    return len(rows) / run_span_s(requests)
+    return float(amount(rows)) / run_span_s(requests)
 
 
 def server_summary(
-    requests: pd.DataFrame, servers: pd.DataFrame, tokens_per_audio_s: float | None = None
+    requests: pd.DataFrame, servers: pd.DataFrame, audio: bool = False
 ) -> pd.DataFrame:
-    """One row per server (schedule order): counts, throughputs and latency percentiles."""
+    """One row per server (schedule order): counts, throughputs and latency percentiles; with
+    `audio` (a speech load) its audio seconds, audio-seconds/s, and TTFA, E2E and RTF."""
+    samples_of, names = _latencies(audio)
     rows = []
     for server, reqs, window in _servers(requests, servers):
         tok_s = steady_tok_per_s(reqs, window)
@@ -205,11 +271,18 @@ def server_summary(
             "output_tok_per_s": tok_s,
             "output_tok_per_s_run": run_tok_per_s(reqs),
         }
-        if tokens_per_audio_s:
-            row["audio_s_per_s"] = tok_s / tokens_per_audio_s
-        steady = latency_samples(reqs, window) if window else dict.fromkeys(LATENCIES, NO_SAMPLES)
+        if audio:
+            row["audio_s"] = float(audio_s(completed(reqs)).sum())
+            row["audio_s_per_s"] = steady_audio_s_per_s(reqs, window)
+            row["audio_s_per_s_run"] = run_audio_s_per_s(reqs)
+        steady = samples_of(reqs, window) if window else dict.fromkeys(names, NO_SAMPLES)
         rows.append(row | latency_ms(steady))
     return pd.DataFrame(rows)
+
+
+def _latencies(audio: bool):
+    """The steady latency samples of a load and their names: tokens', or a speech load's."""
+    return (speech_samples, SPEECH_LATENCIES) if audio else (latency_samples, LATENCIES)
 
 
 def _servers(requests: pd.DataFrame, servers: pd.DataFrame):
@@ -220,27 +293,28 @@ def _servers(requests: pd.DataFrame, servers: pd.DataFrame):
         yield server, reqs, steady_window(server)
 
 
-def arm_summary(
-    requests: pd.DataFrame, servers: pd.DataFrame, tokens_per_audio_s: float | None = None
-) -> pd.DataFrame:
+def arm_summary(requests: pd.DataFrame, servers: pd.DataFrame, audio: bool = False) -> pd.DataFrame:
     """One row per arm (letter): throughputs are the mean over its servers; steady latency
     percentiles pool the steady samples of all its servers."""
-    per_server = server_summary(requests, servers, tokens_per_audio_s)
-    rates = [
-        c for c in ("output_tok_per_s", "output_tok_per_s_run", "audio_s_per_s") if c in per_server
-    ]
+    per_server = server_summary(requests, servers, audio)
+    rates = ["output_tok_per_s", "output_tok_per_s_run"]
+    rates += ["audio_s_per_s", "audio_s_per_s_run"] if audio else []
+    counts = ["requests", "failed", "output_tokens", "timed_tokens"] + (
+        ["audio_s"] if audio else []
+    )
+    samples_of, names = _latencies(audio)
     pooled: dict[str, dict[str, list]] = {}
     for server, reqs, window in _servers(requests, servers):
-        samples = pooled.setdefault(server.letter, {m: [] for m in LATENCIES})
+        samples = pooled.setdefault(server.letter, {m: [] for m in names})
         if window is not None:
-            for metric, values in latency_samples(reqs, window).items():
+            for metric, values in samples_of(reqs, window).items():
                 samples[metric].append(values)
     rows = []
     for letter, group in per_server.groupby("letter", sort=False):
         samples = {m: np.concatenate([NO_SAMPLES, *v]) for m, v in pooled[letter].items()}
         rows.append(
             {"letter": letter, "servers": len(group)}
-            | group[["requests", "failed", "output_tokens", "timed_tokens"]].sum().to_dict()
+            | group[counts].sum().to_dict()
             | group[rates].mean().to_dict()
             | latency_ms(samples)
         )

@@ -19,7 +19,7 @@ import pandas as pd
 
 from harness.analysis.compare import Comparison, compare
 from harness.analysis.stats import BETWEEN_RUNS, Rule
-from harness.analysis.summary import without_failed_servers
+from harness.analysis.summary import speaks, without_failed_servers
 
 Run = tuple[dict, dict[str, pd.DataFrame]]  # a run directory's manifest and tables
 
@@ -84,6 +84,7 @@ def pair_runs(
         frames["servers"],
         labels,
         external=sorted(set(external)),
+        audio=speaks(runs_a[0][0]),
         headline=runs_a[0][0]["scenario"]["headline"],
         rule=rule,
         unit=BETWEEN_RUNS,

@@ -7,7 +7,8 @@ metric; metrics.py and phases.py do, from these rows.
 
 Version 2 added `letter` and `server` to requests, `letter` to spans and `server` to
 servers. A version-1 directory is read by giving its rows those columns from its servers
-table (`from_version_1`).
+table (`from_version_1`). Version 3 added `audio_times_s` and `audio_bytes` to requests (a
+speech reply's PCM as it arrived); older requests get them empty (`upgrade`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field, fields
 
 import pandas as pd
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 LETTERS = ("A", "B")
 SERVER_KEY = ["letter", "block", "slot"]  # one server: the unit analysis groups by
 
@@ -55,6 +56,10 @@ class RequestRecord:
     status: int = 0  # HTTP status; 0 when no response arrived
     error: str | None = None
     finish_reason: str | None = None
+    # A speech reply (raw PCM): the arrival of each piece of the body and its bytes. Its first
+    # piece's arrival is also first_token_s (the first output); it has no tokens.
+    audio_times_s: list[float] = field(default_factory=list)
+    audio_bytes: list[int] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -122,6 +127,17 @@ def empty(table: str) -> pd.DataFrame:
     return pd.DataFrame({name: pd.Series(dtype=object) for name in columns(table)})
 
 
+def upgrade(frames: dict[str, pd.DataFrame], version: int) -> dict[str, pd.DataFrame]:
+    """The tables of a run directory of an older schema version as this version's."""
+    if version == 1:
+        frames = from_version_1(frames)
+    requests = frames["requests"]
+    for column in ("audio_times_s", "audio_bytes"):
+        if column not in requests:
+            requests = requests.assign(**{column: [[] for _ in range(len(requests))]})
+    return {**frames, "requests": requests[columns("requests")]}
+
+
 def from_version_1(frames: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
     """Version-1 tables as version 2: servers get their id (<letter><slot>, as the runner
     named them), request rows their server's letter and id, span rows its letter (they name
@@ -135,5 +151,6 @@ def from_version_1(frames: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
         if frame.empty:
             out[name] = empty(name)
             continue
-        out[name] = frame.merge(keys, on=["block", "slot"], how="left")[columns(name)]
+        merged = frame.merge(keys, on=["block", "slot"], how="left")
+        out[name] = merged[[c for c in columns(name) if c in merged]]
     return out

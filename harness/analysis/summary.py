@@ -61,6 +61,7 @@ def _measurement(manifest: dict, frames: dict[str, pd.DataFrame]) -> Measurement
         slos_ms=manifest.get("goodput"),
         slo_attainment=manifest.get("slo_attainment", 0.99),
         external=arm["kind"] == "url",
+        audio=speaks(manifest),
     )
 
 
@@ -76,9 +77,15 @@ def _comparison(manifest: dict, frames: dict[str, pd.DataFrame]) -> Comparison:
         frames["servers"],
         labels={letter: arm["name"] for letter, arm in arms.items()},
         external=tuple(sorted(unspanned)),
+        audio=speaks(manifest),
         headline=manifest["scenario"]["headline"],
         rule=Rule(margin=manifest.get("margin", Rule().margin)),
     )
+
+
+def speaks(manifest: dict) -> bool:
+    """The run drove /v1/audio/speech: its figures are audio's."""
+    return (manifest["scenario"].get("load") or {}).get("api") == "speech"
 
 
 def summary_json(manifest: dict, summary: Summary) -> dict:

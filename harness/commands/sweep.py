@@ -46,6 +46,11 @@ def main(
         else:
             resolved, one = s.target_arm(target, scenario, size)
             arms = [one]
+        if resolved.load.api != "completions":
+            raise BenchError(
+                f"bench sweep draws tok/s curves; {resolved.name}'s load is {resolved.load.api}:"
+                " measure each load with bench measure"
+            )
         first = {"concurrency": 1} if axis == "concurrency" else {"request_rate": loads[0]}
         load = w.workload(resolved, s.vocab(resolved), **(load_options | first))
         engines = s.arm_scenarios(arms, resolved)

@@ -177,6 +177,10 @@ def workload(
     measured = load.requests if requests is None else requests
     count = warm + (measured if duration is None else 1_000_000)
     seed = load.seed if seed is None else seed
+    if chat and scenario.load.api != "completions":
+        raise BenchError(
+            f"--chat sends chat completions; {scenario.name}'s load is {scenario.load.api}"
+        )
     if prompts is not None:
         sequence = read_prompt_file(prompts, count, output_len, tokenizer)
         if chat and any(not isinstance(p, str) for p in sequence.prompts):

@@ -17,6 +17,7 @@ import msgspec
 from harness.analysis.schema import RequestRecord, Slot
 from harness.measure.arrivals import ArrivalSchedule
 from harness.measure.http_client import Endpoint, Lane
+from harness.measure.pcm import PcmReader
 from harness.measure.request_sequence import Requests, RequestSpec
 from harness.measure.sse import ResponseReader
 
@@ -50,7 +51,9 @@ class Job(msgspec.Struct, array_like=True):
     send_for_s: float | None = None
     arrivals: ArrivalSchedule | None = None  # the open loop's; None: closed loop
     headers: bytes = b""  # extra header lines, each ending in CRLF
-    chat: bool = False  # /v1/chat/completions (a text prompt as one user message)
+    # "completions"; "chat": /v1/chat/completions (a text prompt as one user message);
+    # "speech": /v1/audio/speech, raw PCM back
+    api: str = "completions"
 
 
 class LaneSummary(msgspec.Struct, array_like=True):
@@ -82,18 +85,17 @@ def until(job: Job, t0: float, take: Callable[[], int | None]) -> Callable[[], i
 
 
 def request_body(job: Job, spec: RequestSpec) -> bytes:
-    """The JSON body of one request: exact lengths (ignore_eos), greedy, streamed with usage."""
-    body = {
-        "max_tokens": spec.max_tokens,
-        "ignore_eos": True,
-        "temperature": 0.0,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-    }
-    if job.chat:
-        body["messages"] = [{"role": "user", "content": spec.prompt}]
+    """The JSON body of one request: exact lengths (ignore_eos), greedy; a completion (or a
+    chat completion: the prompt as one user message) streamed with usage, a speech request
+    (`job.api` "speech") its input as token ids and PCM back."""
+    body = {"max_tokens": spec.max_tokens, "ignore_eos": True, "temperature": 0.0}
+    if job.api == "speech":
+        body |= {"input": spec.prompt, "response_format": "pcm"}
     else:
-        body["prompt"] = spec.prompt
+        prompt = {"prompt": spec.prompt}
+        if job.api == "chat":
+            prompt = {"messages": [{"role": "user", "content": spec.prompt}]}
+        body |= prompt | {"stream": True, "stream_options": {"include_usage": True}}
     if job.model is not None:
         body["model"] = job.model
     return msgspec.json.encode(body)
@@ -174,7 +176,7 @@ class Lanes:
         if self.busy_s is None and self.sent - self.done == len(self.lanes):
             self.busy_s = time.perf_counter() - t0
         rec.send_s = time.perf_counter() - t0
-        reader = ResponseReader(rec, t0)
+        reader = PcmReader(rec, t0) if job.api == "speech" else ResponseReader(rec, t0)
         try:
             rec.status = await conn.post(data, headers + job.headers, reader.feed, job.timeout_s)
             reader.finish()

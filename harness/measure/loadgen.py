@@ -34,6 +34,11 @@ from harness.measure.request_sequence import PromptList, RequestSequence, Reques
 from harness.measure.shards import run_sharded
 
 UNNAMED = Slot(arm="A", letter="A", server="A0", block=0, slot=0)
+ENDPOINTS = {
+    "completions": "/v1/completions",
+    "chat": "/v1/chat/completions",
+    "speech": "/v1/audio/speech",
+}
 
 
 @dataclass
@@ -66,12 +71,14 @@ async def run_load(
     progress_interval_s: float = 0.25,
     arrivals: ArrivalSchedule | None = None,
     headers: dict[str, str] | None = None,
-    chat: bool = False,
+    api: str = "completions",
 ) -> LoadResult:
-    """Drive `url` (a base URL or an endpoint) with `requests`, C in flight (closed loop), or
-    each at its time in `arrivals` with at most C in flight (open loop); every record carries
-    `slot`'s columns. `chat` sends each prompt to /v1/chat/completions as one user message;
-    `headers` go with every request (e.g. an Authorization header).
+    """Drive `url` (a base URL or the endpoint itself) with `requests`, C in flight (closed
+    loop), or each at its time in `arrivals` with at most C in flight (open loop); every record
+    carries `slot`'s columns. `api`: "completions" (/v1/completions, SSE tokens), "chat"
+    (/v1/chat/completions, each prompt as one user message) or "speech" (/v1/audio/speech, raw
+    PCM: records carry the audio's arrival and bytes). `headers` go with every request (e.g.
+    an Authorization header).
 
     The first `warmup` requests of the sequence are marked warmup. `on_progress` runs every
     `progress_interval_s`, never inside the per-token loop. Setting `stop_event` stops the load:
@@ -85,8 +92,8 @@ async def run_load(
     if concurrency < 1 or shards < 1:
         raise ValueError("concurrency and shards must be >= 1")
     url = url.rstrip("/")
-    path = "/v1/chat/completions" if chat else "/v1/completions"
-    endpoint = url if url.endswith("/completions") else url + path
+    path = ENDPOINTS[api]
+    endpoint = url if url.endswith(path[path.rindex("/") :]) else url + path
     requests = requests if isinstance(requests, RequestSequence | PromptList) else list(requests)
     extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items()).encode()
     job = Job(
@@ -101,7 +108,7 @@ async def run_load(
         send_for_s=send_for_s,
         arrivals=arrivals,
         headers=extra,
-        chat=chat,
+        api=api,
     )
     stop_event = stop_event or asyncio.Event()
     shards = min(shards, concurrency)

@@ -90,6 +90,11 @@ class RunPlan:
     chat: bool = False  # /v1/chat/completions instead of /v1/completions
     points: list[SlotLoad] | None = None  # a sweep: each slot's own load
 
+    @property
+    def api(self) -> str:
+        """The endpoint the load drives: the scenario's (completions or speech), or chat."""
+        return "chat" if self.chat else self.scenario.load.api
+
     def load(self, slot: int) -> SlotLoad:
         if self.points is not None:
             return self.points[slot]
@@ -107,7 +112,7 @@ class RunPlan:
             "aa_check": aa_check,
             "schedule": self.letters,
             "concurrency": self.concurrency,
-            "load": self.load(0).manifest() | {"api": "chat" if self.chat else "completions"},
+            "load": self.load(0).manifest() | {"api": self.api},
             "requests": measured,
             "duration_s": self.duration_s,
             "warmup": self.warmup,
@@ -297,7 +302,7 @@ def _drive(plan, shape: SlotLoad, url, model, slot, status, show, stop, watch):
                 send_for_s=plan.duration_s,
                 arrivals=shape.arrivals,
                 headers=plan.headers,
-                chat=plan.chat,
+                api=plan.api,
             )
         finally:
             stop.bind(None, None)

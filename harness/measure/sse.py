@@ -17,18 +17,44 @@ import msgspec
 from harness.analysis.schema import RequestRecord
 
 
-class ResponseReader:
-    """Fills one `RequestRecord` from its response: `feed` each piece, then `finish`."""
+class ReplyReader:
+    """Fills one `RequestRecord` from its response: `feed` each piece, then `finish`. A
+    non-200 body is kept for the error text; a 200 body is the subclass's to read (`body`,
+    then `complete`): a completion's SSE stream here, a speech reply's PCM in pcm.py."""
 
     def __init__(self, rec: RequestRecord, t0: float):
-        self.rec, self.t0 = rec, t0
-        self.tail, self.done, self.usage, self.other = b"", False, None, b""
+        self.rec, self.t0, self.other = rec, t0, b""
 
     def feed(self, data: bytes, now: float, status: int) -> None:
         if status != 200:
             self.other = (self.other + data)[:300]
             return
-        rec, t = self.rec, now - self.t0
+        self.body(data, now - self.t0)
+
+    def finish(self) -> None:
+        rec = self.rec
+        rec.end_s = time.perf_counter() - self.t0
+        if rec.status != 200:
+            rec.error = f"HTTP {rec.status}: {self.other.decode(errors='replace')}"[:300]
+            return
+        self.complete()
+
+    def body(self, data: bytes, t: float) -> None:
+        raise NotImplementedError
+
+    def complete(self) -> None:
+        raise NotImplementedError
+
+
+class ResponseReader(ReplyReader):
+    """A completion's SSE stream."""
+
+    def __init__(self, rec: RequestRecord, t0: float):
+        super().__init__(rec, t0)
+        self.tail, self.done, self.usage = b"", False, None
+
+    def body(self, data: bytes, t: float) -> None:
+        rec = self.rec
         chunk = self.tail + data if self.tail else data
         if b"\r" in chunk:
             chunk = chunk.replace(b"\r\n", b"\n")
@@ -59,12 +85,8 @@ class ResponseReader:
                 rec.token_times_s.extend([t] * n)
                 rec.finish_reason = choice.finish_reason or rec.finish_reason
 
-    def finish(self) -> None:
+    def complete(self) -> None:
         rec = self.rec
-        rec.end_s = time.perf_counter() - self.t0
-        if rec.status != 200:
-            rec.error = f"HTTP {rec.status}: {self.other.decode(errors='replace')}"[:300]
-            return
         times = rec.token_times_s
         rec.first_token_s = times[0] if times else None
         rec.output_tokens = len(times) if self.usage is None else self.usage

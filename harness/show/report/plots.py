@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from engine import spans as names
-from harness.analysis.compare import HEADLINE
 from harness.show.report import series, style
 from harness.show.report.style import COLORS, finite
 
@@ -58,20 +57,24 @@ def draw_all(evidence: Evidence, directory: Path) -> Drawn:
 
 
 def throughput(evidence: Evidence):
-    """Each server's steady output tok/s in schedule order, coloured by arm; a dashed line at
-    each arm's mean. Drift across A B B A shows as a slope within the colours."""
+    """Each server's headline figure (steady output tok/s, or audio-seconds/s) in schedule
+    order, coloured by arm; a dashed line at each arm's mean. Drift across A B B A shows as a
+    slope within the colours."""
     c = evidence.comparison
-    if not c.servers:
+    headline = next((f for f in c.figures if f.figure == c.headline), None)
+    if not c.servers or headline is None:
         return "throughput per server: no servers in the run"
     figure, axes = style.subplots(1, 1, 3.4)
     ax = axes[0, 0]
-    heights = [finite(s.output_tok_per_s) for s in c.servers]
+    per_letter = {"A": iter(headline.servers_a), "B": iter(headline.servers_b)}
+    heights = [finite(next(per_letter[s.letter], None)) for s in c.servers]
     colors = [COLORS[s.letter] for s in c.servers]
     bars = ax.bar(range(len(heights)), heights, width=0.7, color=colors)
     for bar, s in zip(bars, c.servers, strict=True):
         if not s.healthy or s.error:
             bar.set_hatch("//")
-        text = f"{bar.get_height():,.0f}" if bar.get_height() else "n/a"
+        height = bar.get_height()
+        text = (f"{height:,.0f}" if height >= 100 else f"{height:.3g}") if height else "n/a"
         text += f"\n{s.failed} failed" if s.failed else ""
         ax.annotate(
             text,
@@ -83,13 +86,12 @@ def throughput(evidence: Evidence):
             fontsize=9,
             color="#b00020" if s.failed else "black",
         )
-    headline = next((f for f in c.figures if f.figure == HEADLINE), None)
-    for letter, mean in (("A", headline and headline.a), ("B", headline and headline.b)):
+    for letter, mean in (("A", headline.a), ("B", headline.b)):
         if finite(mean):
             label = f"{series.label(evidence, letter)} (mean)"
             ax.axhline(mean, color=COLORS[letter], ls="--", lw=1, label=label)
     ax.set_xticks(range(len(heights)), [f"{s.letter}\nb{s.block} s{s.slot}" for s in c.servers])
-    ax.set_ylabel("output tok/s (steady)")
+    ax.set_ylabel(f"{headline.label} ({headline.unit})")
     ax.set_ylim(0, max(heights + [1.0]) * 1.25)
     ax.set_title("Throughput per server, schedule order")
     ax.legend(loc="upper right", fontsize=9, frameon=False, ncols=2)

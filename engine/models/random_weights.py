@@ -1,0 +1,65 @@
+"""Seeded random weights, shared by the models: every parameter drawn from its own generator,
+seeded by (seed, parameter name), so a model is identical in every process and independent
+of the order its parameters are created in; scales keep activations O(1) through the depth.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+# Residual writes (o_proj, out_proj, down_proj) at gain / sqrt(2 * layers) of fan-in scale:
+# with gain 1 the embedding dominates the residual stream and a random model, whose LM head is
+# that embedding, greedily repeats its input token; at 4 the layers dominate and greedy output
+# depends on the context (varied sequences), which is what the engine's tests need.
+RESIDUAL_GAIN = 4.0
+RESIDUAL_WRITES = ("o_proj.weight", "out_proj.weight", "down_proj.weight")
+
+
+def seeded(seed: int, name: str) -> torch.Generator:
+    """The generator of one parameter: a function of (seed, name) only."""
+    return torch.Generator().manual_seed(zlib.crc32(f"{seed}:{name}".encode()))
+
+
+def decoder_weight(
+    name: str, shape: tuple[int, ...], num_layers: int, gen: torch.Generator
+) -> torch.Tensor:
+    """A decoder's parameter: RMS norms (zero-centred, scale 1 + weight) at zero, the tied
+    embedding at std 3/sqrt(hidden) (logits = norm(h) . E^T then have a std of about 3, so the
+    model makes confident, context-dependent choices), every other weight at fan-in scale,
+    residual writes further scaled by RESIDUAL_GAIN / sqrt(2 * layers)."""
+    if name.endswith("norm.weight"):
+        return torch.zeros(shape)
+    if name.endswith("embed_tokens.weight"):
+        std = 3.0 / math.sqrt(shape[-1])
+    else:  # fan-in scaling keeps each sublayer O(1); residual writes share 1/sqrt(2L)
+        std = shape[-1] ** -0.5
+        if name.endswith(RESIDUAL_WRITES):
+            std /= math.sqrt(2 * num_layers) / RESIDUAL_GAIN
+    return torch.randn(shape, generator=gen) * std
+
+
+def empty_model(build: Callable[[], nn.Module], dtype: torch.dtype, device) -> nn.Module:
+    """`build()`'s module allocated on `device` but unfilled, in eval mode. Built on the meta
+    device first: that skips torch's default init of billions of weights."""
+    with torch.device("meta"):
+        model = build()
+    return model.to(dtype=dtype).to_empty(device=device).eval()
+
+
+def random_model(
+    build: Callable[[], nn.Module],
+    weight: Callable[[str, tuple[int, ...]], torch.Tensor],
+    dtype: torch.dtype,
+    device,
+) -> nn.Module:
+    """`build()`'s module with every parameter set to `weight(name, shape)`."""
+    model = empty_model(build, dtype, device)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            param.copy_(weight(name, tuple(param.shape)))
+    return model

@@ -1,0 +1,346 @@
+"""Orpheus on one worker: the LLM node streams audio tokens into the SNAC node.
+
+The window arithmetic (N frames make 2048 x max(0, N - 3) samples, none lost or doubled at a
+stream's end), the SNAC loop ending when its input ends (and not before), both nodes' declared
+policies agreeing with their check_stop (INVARIANTS 2), an abort mid-stream freeing both nodes
+(INVARIANTS 7), batched SNAC decode equal to decoding alone, the LLM's logit mask, and its
+cached path equal to a full forward (INVARIANTS 6)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from engine.config import load_scenario
+from engine.messages import Abort, AddRequest, TokenFrame
+from engine.models import build_model, build_streams
+from engine.models.orpheus import (
+    AUDIO_TOKEN_BASE,
+    CODEBOOK,
+    END_OF_SPEECH,
+    FRAME_TOKENS,
+    SAMPLES_PER_FRAME,
+    audio_token_low,
+    window_codes,
+    windows_for,
+)
+from engine.models.orpheus_node import WINDOW_LOOP, OrpheusNode, SnacNode
+from engine.models.token_node import DECODE_LOOP
+from engine.runtime.graph import StopRows
+from engine.runtime.runtime import GraphRuntime
+from engine.runtime.stops import StopKind
+from engine.worker.main import build_worker
+from engine.worker.stream_stage import StreamStage
+from engine.worker.timing import PhaseTimer
+
+BYTES_PER_WINDOW = 2 * SAMPLES_PER_FRAME
+
+
+@pytest.fixture(scope="module")
+def snac():
+    ((network, node),) = build_streams("orpheus", "tiny", 0, "float32", "cpu")
+    return network, node
+
+
+def audio_stream(seed: int, tokens: int) -> list[int]:
+    """Valid audio tokens: position p of each frame in its own 4096 codes."""
+    codes = np.random.default_rng(seed).integers(0, CODEBOOK, tokens)
+    return (audio_token_low(np.arange(tokens)) + codes).tolist()
+
+
+def reference_pcm(snac, tokens: list[int]) -> np.ndarray:
+    """Every window of a stream decoded alone, its second frame's samples kept, in order."""
+    network, node = snac
+    windows = [
+        node.decode(network, np.array([tokens[w * FRAME_TOKENS : w * FRAME_TOKENS + 28]]))[0]
+        for w in range(windows_for(len(tokens)))
+    ]
+    return np.concatenate(windows) if windows else np.zeros(0, dtype=np.int16)
+
+
+def pcm(frames: list[TokenFrame]) -> np.ndarray:
+    return np.frombuffer(b"".join(f.audio or b"" for f in frames), dtype="<i2")
+
+
+def assert_same_audio(got: np.ndarray, want: np.ndarray) -> None:
+    """Equal but for float rounding across batch sizes (one least significant bit)."""
+    assert got.shape == want.shape
+    assert np.abs(got.astype(np.int32) - want.astype(np.int32)).max(initial=0) <= 1
+
+
+def assert_one_last_frame(frames: list[TokenFrame], reason: str) -> None:
+    assert frames and frames[-1].finish_reason == reason
+    assert all(f.finish_reason is None for f in frames[:-1])
+
+
+# --- the window arithmetic and the SNAC loop, at the stage ----------------------------------
+def run_stage(snac, lengths: list[int], ends: dict[int, str] | None = None):
+    """Stream `lengths[rid]` tokens into one stage, a token per request per iteration as the
+    LLM sends them, its last frame carrying the finish reason (`ends`, default "length");
+    each iteration steps the stage once. Returns (frames per rid, streams, stage)."""
+    network, node = snac
+    stage = StreamStage(network, node, PhaseTimer(0, "s", []), capacity=4)
+    streams = {rid: audio_stream(rid, n) for rid, n in enumerate(lengths)}
+    for rid, n in enumerate(lengths):
+        stage.add_request(AddRequest(rid, [1, 2, 3], max(n, 1), ignore_eos=True))
+    out: dict[int, list[TokenFrame]] = {rid: [] for rid in streams}
+
+    def emit(frames):
+        for f in frames:
+            out[f.rid].append(f)
+
+    for i in range(max(lengths, default=0) + 1):
+        frames = []
+        for rid, tokens in streams.items():
+            if i < len(tokens) or (i == 0 and not tokens):
+                last = i >= len(tokens) - 1
+                reason = (ends or {}).get(rid, "length") if last else None
+                frames.append(TokenFrame(rid, tokens[i : i + 1], finish_reason=reason))
+        emit(stage.feed(frames))
+        stage.step(emit)
+    return out, streams, stage
+
+
+def test_every_stream_length_streams_exactly_its_windows(snac):
+    """For every N from 0 to a few windows past the first (N frames, then 0, 1 or 6 tokens
+    of an unfinished frame), all in one batch: 2048 x max(0, N - 3) samples, each window's as
+    decoding it alone gives, one last frame, nothing after it, no state left."""
+    lengths = [7 * frames + extra for frames in range(9) for extra in (0, 1, 6)]
+    out, streams, stage = run_stage(snac, lengths)
+    for rid, n in enumerate(lengths):
+        frames = out[rid]
+        assert len(pcm(frames)) == SAMPLES_PER_FRAME * max(0, n // FRAME_TOKENS - 3), n
+        assert_same_audio(pcm(frames), reference_pcm(snac, streams[rid]))
+        assert_one_last_frame(frames, "length")
+        assert sum(1 for f in frames if f.audio) == windows_for(n)  # a frame per window
+    assert not stage.streams and stage.runtime.num_requests == 0
+
+
+def test_a_stream_ending_on_eos_ends_with_stop_after_its_last_window(snac):
+    lengths = [13, 28, 33, 35, 49]
+    out, streams, _ = run_stage(snac, lengths, ends=dict.fromkeys(range(5), "stop"))
+    for rid, n in enumerate(lengths):
+        assert len(pcm(out[rid])) == SAMPLES_PER_FRAME * windows_for(n)
+        assert_one_last_frame(out[rid], "stop")
+
+
+def test_the_snac_loop_waits_for_its_input_and_ends_with_it(snac):
+    """A stream with no window ready is not done while more may come, even when its budget
+    allows no more windows (max_tokens 30: one); once its input ends, with every window
+    decoded, it ends at once, with no step."""
+    network, node = snac
+    stage = StreamStage(network, node, PhaseTimer(0, "s", []), capacity=2)
+    tokens, got = audio_stream(3, 35), []
+    stage.add_request(AddRequest(7, [1], 100, ignore_eos=False))
+    stage.add_request(AddRequest(8, [1], 30, ignore_eos=True))
+    assert stage.feed([TokenFrame(7, tokens[:28]), TokenFrame(8, tokens[:28])]) == []
+    assert stage.step(got.extend) == 2 and len(pcm(got)) == 2 * SAMPLES_PER_FRAME
+    assert stage.step(got.extend) == 0 and {7, 8} <= set(stage.streams)  # waiting for input
+    assert stage.feed([TokenFrame(7, tokens[28:34]), TokenFrame(8, tokens[28:29])]) == []
+    assert not stage.has_work() and {7, 8} <= set(stage.streams)
+    (last,) = stage.feed([TokenFrame(8, tokens[29:30], finish_reason="length")])
+    assert last.finish_reason == "length" and not last.audio and 8 not in stage.streams
+    assert stage.feed([TokenFrame(7, tokens[34:35], finish_reason="stop")]) == []
+    assert stage.has_work()  # the 35th token completes a window: the loop goes on
+    assert stage.step(got.extend) == 1
+    assert_one_last_frame([f for f in got if f.rid == 7], "stop")
+    assert len(pcm([f for f in got if f.rid == 7])) == 2 * SAMPLES_PER_FRAME
+    assert not stage.streams and stage.runtime.num_requests == 0
+
+
+# --- declared policies agree with check_stop (INVARIANTS 2) --------------------------------
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 60), st.integers(0, 60), st.booleans()), min_size=1))
+def test_llm_policy_agrees_with_its_check_stop(rows):
+    """AR: the loop's count reaches max_tokens - 1, or the EOS token unless ignore_eos."""
+    node = OrpheusNode([END_OF_SPEECH])
+    assert node.policy_kind is StopKind.AR
+    max_tokens = [m for m, _, _ in rows]
+    counts = [min(c, m - 1) + 1 for m, c, _ in rows]  # outputs so far, this one included
+    tokens = [END_OF_SPEECH if c % 3 == 0 else AUDIO_TOKEN_BASE + c for _, c, _ in rows]
+    ignore = [i for _, _, i in rows]
+    decided = _runtime(node, "decode", DECODE_LOOP, max_tokens, ignore, [c - 1 for c in counts])
+    stopped, by_token, missed = decided.check_stops("decode", np.arange(len(rows)), tokens)
+    own = node.check_stop(StopRows.of(range(len(rows)), ["decode"] * len(rows), tokens, counts,
+                                      max_tokens, ignore))  # fmt: skip
+    assert missed is None
+    np.testing.assert_array_equal(stopped, own.stopped)
+    np.testing.assert_array_equal(by_token, own.by_token)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 90), st.integers(1, 12)), min_size=1))
+def test_snac_policy_agrees_with_its_check_stop(rows):
+    """ITER: the windows decoded reach the windows the stream's tokens make."""
+    node = SnacNode()
+    expected = [t for t, _ in rows]
+    decoded = [d for _, d in rows]
+    rt = _runtime(node, "window", WINDOW_LOOP, expected, [False] * len(rows), decoded)
+    stopped, by_token, _ = rt.check_stops("window", np.arange(len(rows)), np.zeros(len(rows)))
+    own = node.check_stop(StopRows.of(range(len(rows)), ["window"] * len(rows), decoded,
+                                      decoded, expected, [False] * len(rows)))  # fmt: skip
+    np.testing.assert_array_equal(stopped, own.stopped)
+    assert not by_token.any() and not own.by_token.any() and not own.end_partition.any()
+
+
+def _runtime(node, walk, loop, max_tokens, ignore, counts) -> GraphRuntime:
+    rt = GraphRuntime(node.graph, capacity=4)
+    for w in node.graph.walks:
+        rt.declare_stop_policies(w, node.get_stop_policies(w))
+    for rid, (m, ig, c) in enumerate(zip(max_tokens, ignore, counts, strict=True)):
+        handle = rt.add_request(rid)
+        for w, limits in node.stop_limits(m, ig).items():
+            rt.register_limits(handle, w, limits)
+        rt.iters[loop][handle] = c
+    return rt
+
+
+# --- the codec --------------------------------------------------------------------------
+def test_snac_decode_in_a_batch_equals_decoding_each_alone(snac):
+    network, _ = snac
+    windows = np.array([audio_stream(seed, 28) for seed in range(6)])
+    batched = network.decode(window_codes(windows))
+    alone = torch.cat([network.decode(window_codes(windows[i : i + 1])) for i in range(6)])
+    assert batched.shape == (6, 1, 16 * 512)
+    torch.testing.assert_close(batched, alone, atol=1e-5, rtol=0)
+    assert torch.equal(network.decode(window_codes(windows)), batched)  # no fresh noise
+
+
+def test_window_codes_follow_the_frame_layout():
+    frame = [AUDIO_TOKEN_BASE + p * CODEBOOK + 10 * p for p in range(7)]  # code 10p at p
+    c0, c1, c2 = window_codes(np.array([frame * 4]))
+    assert c0.tolist() == [[0] * 4] and c1.tolist() == [[10, 40] * 4]
+    assert c2.tolist() == [[20, 30, 50, 60] * 4]
+    with pytest.raises(ValueError, match="outside its position"):
+        window_codes(np.array([[AUDIO_TOKEN_BASE + CODEBOOK] * 28]))  # code of position 1 at 0
+
+
+# --- the worker: both nodes end to end ------------------------------------------------------
+def orpheus_worker(**engine):
+    scenario = load_scenario("orpheus", "tiny")
+    config = replace(scenario.engine, **engine)
+    frames: list = []
+    worker = build_worker(scenario.model, config, PhaseTimer(0, "o", []), frames.append)
+    sent: dict[int, list[int]] = {}  # what the LLM streamed into the codec, per rid
+    feed = worker.stages[0].feed
+
+    def recording(step_frames):
+        for f in step_frames:
+            sent.setdefault(f.rid, []).extend(f.tokens)
+        return feed(step_frames)
+
+    worker.stages[0].feed = recording
+    return worker, frames, sent
+
+
+def by_rid(frames) -> dict[int, list[TokenFrame]]:
+    out: dict[int, list[TokenFrame]] = {}
+    for step in frames:
+        for f in step.frames:
+            out.setdefault(f.rid, []).append(f)
+    return out
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_worker_streams_each_requests_windows_through_both_nodes(snac, overlap):
+    lengths = [1, 6, 7, 27, 28, 29, 34, 35, 41, 42]
+    worker, frames, sent = orpheus_worker(overlap=overlap, max_rows=8)
+    for rid, n in enumerate(lengths):
+        seeded = rid % 3 == 0  # some rows sample (seeded), the rest are greedy
+        worker.handle(AddRequest(rid, [rid + 1] * (2 + rid), n, ignore_eos=True,
+                                 temperature=1.0 if seeded else 0.0, seed=rid if seeded else None))  # fmt: skip
+    while worker.iteration():
+        pass
+    got = by_rid(frames)
+    for rid, n in enumerate(lengths):
+        tokens = sent[rid]
+        low = audio_token_low(np.arange(len(tokens)))
+        assert ((np.array(tokens) >= low) & (np.array(tokens) < low + CODEBOOK)).all()  # mask
+        assert len(pcm(got[rid])) == SAMPLES_PER_FRAME * windows_for(n), rid
+        assert_same_audio(pcm(got[rid]), reference_pcm(snac, tokens[: (n // 7) * 7]))
+        assert_one_last_frame(got[rid], "length")
+    assert_pools_full(worker)
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_an_eos_stream_ends_with_stop_after_its_last_window(overlap):
+    """Under the overlapped loop too: the step launched after the EOS step is dropped for
+    the stopped row (INVARIANTS 27), and the codec ends after the stream's last window."""
+    probe, _, sent = orpheus_worker()
+    probe.handle(AddRequest(0, [5, 6, 7], 40, ignore_eos=True, temperature=0))
+    while probe.iteration():
+        pass
+    eos = sent[0][31]  # greedy: the 32nd token (4 frames and 4 tokens) is this id
+    scenario = load_scenario("orpheus", "tiny")
+    spec = replace(scenario.model, eos_token_ids=[eos])
+    config = replace(scenario.engine, overlap=overlap)
+    frames: list = []
+    worker = build_worker(spec, config, PhaseTimer(0, "o", []), frames.append)
+    worker.handle(AddRequest(0, [5, 6, 7], 40, ignore_eos=False, temperature=0))
+    while worker.iteration():
+        pass
+    (stream,) = by_rid(frames).values()
+    first = sent[0].index(eos)
+    assert len(pcm(stream)) == SAMPLES_PER_FRAME * windows_for(first + 1)
+    assert_one_last_frame(stream, "stop")
+    assert_pools_full(worker)
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_an_abort_mid_stream_frees_both_nodes(overlap):
+    """Under the overlapped loop too: the aborted request's row in the step in flight is
+    dropped, no frame follows its abort, and both nodes' state of it is freed at once."""
+    worker, frames, _ = orpheus_worker(overlap=overlap)
+    for rid in range(3):
+        worker.handle(AddRequest(rid, [rid + 3] * 5, 42, ignore_eos=True, temperature=0))
+    while not any(f.rid == 1 and f.audio for step in frames for f in step.frames):
+        assert worker.iteration()
+    assert 1 in worker.stages[0].streams and worker.runtime.has_request(1)
+    worker.handle(Abort(1))
+    assert not worker.runtime.has_request(1) and 1 not in worker.engine.requests
+    assert 1 not in worker.stages[0].streams and not worker.stages[0].runtime.has_request(1)
+    ended = len(frames)
+    while worker.iteration():
+        pass
+    stream = by_rid(frames)[1]
+    assert stream[-1].finish_reason == "abort"
+    assert not any(f.rid == 1 for step in frames[ended:] for f in step.frames)
+    assert_one_last_frame(by_rid(frames)[0], "length")
+    assert_pools_full(worker)
+
+
+def assert_pools_full(worker) -> None:
+    cache, stage = worker.engine.cache, worker.stages[0]
+    assert cache.pages.num_free == cache.pages.size and cache.slots.num_free == cache.slots.size
+    assert not worker.engine.requests and worker.runtime.num_requests == 0
+    assert not stage.streams and stage.runtime.num_requests == 0
+    assert not worker.has_work()
+
+
+def test_llm_cached_greedy_equals_a_full_forward_under_the_mask():
+    """INVARIANTS 6 for the Llama network: the worker's greedy tokens are a full-sequence
+    forward's, the mask applied at each output position."""
+    model = build_model("orpheus", "tiny", 0, "float32", "cpu")
+    prompts = [[11, 12, 13], [7] * 9]
+    worker, _, sent = orpheus_worker()
+    for rid, prompt in enumerate(prompts):
+        worker.handle(AddRequest(rid, prompt, 16, ignore_eos=True, temperature=0))
+    while worker.iteration():
+        pass
+    for rid, prompt in enumerate(prompts):
+        seq = list(prompt)
+        with torch.inference_mode():
+            for i in range(16):
+                x = model.model.embed_tokens(torch.tensor(seq))
+                cos, sin = model.rotary(torch.arange(len(seq)))
+                for layer in model.model.layers:
+                    x = layer.forward_full(x, cos, sin)
+                logits = model._head(model.model.norm(x[-1:]))[0]
+                low = int(audio_token_low(np.array([i]))[0])
+                seq.append(low + int(logits[low : low + CODEBOOK].argmax()))
+        assert sent[rid] == seq[len(prompt) :]
