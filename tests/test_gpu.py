@@ -57,9 +57,12 @@ def test_tiny_engine_on_cuda_equals_the_cpu_reference():
         assert cuda[rid] == tokens[len(prompt) :], f"prompt {rid}"
 
 
-def _prefill_logits(model, prompts: list[list[int]], kernels: str) -> torch.Tensor:
+def _prefill_logits(model, prompts: list[list[int]], kernels: str, **engine) -> torch.Tensor:
     """The first-token logits [R, V] of one prefill step over every prompt at once."""
-    config = replace(load_scenario("qwen35", "0.8b").engine, kernels=kernels, cuda_graphs=False)
+    config = replace(
+        load_scenario("qwen35", "0.8b").engine, kernels=kernels, cuda_graphs=False,
+        piecewise_graphs=False, **engine,
+    )  # fmt: skip
     engine = Engine(model, config)
     for rid, prompt in enumerate(prompts):
         engine.add_request(AddRequest(rid, prompt, 4, ignore_eos=True, temperature=0), prompt)
@@ -321,3 +324,16 @@ def test_tiny_orpheus_on_cuda_equals_the_cpu_reference(overlap):
         want = np.frombuffer(cpu_pcm[rid], dtype="<i2").astype(np.int32)
         got = np.frombuffer(cuda_pcm[rid], dtype="<i2").astype(np.int32)
         assert got.shape == want.shape and np.abs(got - want).max(initial=0) <= 2, rid
+
+
+def test_08b_prefill_on_our_gated_deltanet_kernel_equals_fla():
+    """`engine.gdn_prefill=triton` (our chunked kernel) against fla's on the same 0.8b bf16
+    prefill of mixed lengths: first-token logits to bf16 noise, greedy choices equal."""
+    model = build_model("qwen35", "0.8b", 0, "bfloat16", "cuda")
+    prompts = [[(11 * i + j) % 240_000 + 1 for j in range(n)] for i, n in enumerate([5, 77, 300])]
+    fla = _prefill_logits(model, prompts, "cuda", gdn_prefill="fla")
+    ours = _prefill_logits(model, prompts, "cuda", gdn_prefill="triton")
+    diff = (ours - fla).abs()
+    print("max", diff.max().item(), "mean", diff.mean().item())
+    assert diff.mean().item() < 0.1 * fla.abs().mean().item()
+    assert torch.equal(ours.argmax(-1), fla.argmax(-1))
