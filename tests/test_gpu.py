@@ -25,17 +25,23 @@ def greedy_on(
     n: int,
     kernels: str = "auto",
     overlap: bool = False,
+    stagger: bool = False,
+    **engine,
 ):
+    """Each prompt's n greedy tokens from a worker; `stagger`: one arrival a step (steps of
+    changing sizes) instead of all at once; `engine`: settings over the scenario's."""
     scenario = load_scenario("qwen35", "tiny")
+    settings = {"kv_pages": 1024, "max_rows": 64} | engine
     config = replace(
-        scenario.engine, device=device, dtype=dtype, kv_pages=1024, kernels=kernels,
-        overlap=overlap, max_rows=64,
-    )  # fmt: skip
+        scenario.engine, device=device, dtype=dtype, kernels=kernels, overlap=overlap, **settings
+    )
     spec = replace(scenario.model, preset=preset)
     frames: list[StepFrames] = []
     worker = build_worker(spec, config, PhaseTimer(0, "g", []), frames.append)
     for rid, prompt in enumerate(prompts):
         worker.handle(AddRequest(rid, prompt, n, ignore_eos=True, temperature=0))
+        if stagger:
+            worker.iteration()
     while worker.iteration():
         pass
     out: dict[int, list[int]] = {rid: [] for rid in range(len(prompts))}
@@ -256,24 +262,10 @@ def test_08b_piecewise_engine_decodes_as_the_eager_one_across_buckets():
                for i, n in enumerate([3, 700, 17, 64, 250, 5, 129, 400, 33, 90])]  # fmt: skip
     outs = {}
     for piecewise in (False, True):
-        scenario = load_scenario("qwen35", "0.8b")
-        config = replace(
-            scenario.engine, kv_pages=1024, max_rows=16, mixing=True, max_tokens_per_step=512,
-            piecewise_graphs=piecewise,
+        outs[piecewise], _ = greedy_on(
+            "cuda", "bfloat16", "0.8b", prompts, 6, stagger=True, overlap=True, mixing=True,
+            max_rows=16, max_tokens_per_step=512, piecewise_graphs=piecewise,
         )  # fmt: skip
-        frames: list[StepFrames] = []
-        worker = build_worker(scenario.model, config, PhaseTimer(0, "g", []), frames.append)
-        for rid, prompt in enumerate(prompts):
-            worker.handle(AddRequest(rid, prompt, 6, ignore_eos=True, temperature=0))
-            worker.iteration()  # one arrival a step: steps of changing sizes
-        while worker.iteration():
-            pass
-        out: dict[int, list[int]] = {rid: [] for rid in range(len(prompts))}
-        for step in frames:
-            for frame in step.frames:
-                out[frame.rid].extend(frame.tokens)
-        assert (worker.engine.piecewise is not None) == piecewise
-        outs[piecewise] = out
     first = [outs[True][r][:2] == outs[False][r][:2] for r in range(len(prompts))]
     assert sum(first) >= 9, outs
     print(

@@ -136,15 +136,22 @@ def _gdn_recurrent_kernel(
 def gated_delta_recurrent(qkv, a, b, A_log, dt_bias, ssm_state, meta, k_heads, k_dim, v_dim):
     """qkv [T, 2*Hk*K + Hv*V] (the conv's output, [q | k | v]); a, b [T, Hv] (rows may be
     strided). Returns o [T, Hv, V] in qkv's dtype; each row's slot of ssm_state is updated."""
+    return _launch(
+        _gdn_recurrent_kernel, qkv, a, b, A_log, dt_bias, ssm_state, meta, k_heads, k_dim, v_dim
+    )
+
+
+def _launch(kernel, qkv, a, b, A_log, dt_bias, ssm_state, meta, k_heads, k_dim, v_dim, **const):
+    """One launch of a Gated DeltaNet kernel: a program per (row, value head, value block)."""
     tokens = qkv.shape[0]
     v_heads = a.shape[1]
     out = torch.empty((tokens, v_heads, v_dim), dtype=qkv.dtype, device=qkv.device)
     bv = min(32, triton.next_power_of_2(v_dim))
     if tokens:
-        _gdn_recurrent_kernel[(meta.num_rows, v_heads, triton.cdiv(v_dim, bv))](
+        kernel[(meta.num_rows, v_heads, triton.cdiv(v_dim, bv))](
             qkv, a, b, A_log, dt_bias, ssm_state, out, meta.cu_seqlens, meta.cached,
             meta.state_slots, qkv.stride(0), a.stride(0), k_heads, v_heads, k_dim**-0.5,
-            DK=k_dim, DV=v_dim, BV=bv,
+            DK=k_dim, DV=v_dim, BV=bv, **const,
         )  # fmt: skip
     return out
 
@@ -212,14 +219,7 @@ def gated_delta_chunked(
     qkv, a, b, A_log, dt_bias, ssm_state, meta, k_heads, k_dim, v_dim, chunk: int = 32
 ):
     """`gated_delta_recurrent`'s contract, a chunk at a time (one launch for every row)."""
-    tokens = qkv.shape[0]
-    v_heads = a.shape[1]
-    out = torch.empty((tokens, v_heads, v_dim), dtype=qkv.dtype, device=qkv.device)
-    bv = min(32, triton.next_power_of_2(v_dim))
-    if tokens:
-        _gdn_chunked_kernel[(meta.num_rows, v_heads, triton.cdiv(v_dim, bv))](
-            qkv, a, b, A_log, dt_bias, ssm_state, out, meta.cu_seqlens, meta.cached,
-            meta.state_slots, qkv.stride(0), a.stride(0), k_heads, v_heads, k_dim**-0.5,
-            DK=k_dim, DV=v_dim, BV=bv, C=chunk,
-        )  # fmt: skip
-    return out
+    return _launch(
+        _gdn_chunked_kernel, qkv, a, b, A_log, dt_bias, ssm_state, meta, k_heads, k_dim, v_dim,
+        C=chunk,
+    )  # fmt: skip
