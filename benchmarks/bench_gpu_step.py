@@ -69,13 +69,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--graphs", action=argparse.BooleanOptionalAction, default=False)
     parser.add_argument("--piecewise", action=argparse.BooleanOptionalAction, default=False)
     parser.add_argument("--mixing", action=argparse.BooleanOptionalAction, default=False)
+    parser.add_argument("--gdn-prefill", default="fla", choices=["fla", "triton"])
     parser.add_argument("--prefill", nargs="*", default=[], metavar="RxL")
     parser.add_argument("--profile", default=None, help="write a profiler table here")
     args = parser.parse_args(argv)
     steps = args.steps + args.warmup + 5 + 40 * len(args.prefill)
     engine = build(
         args.size, args.batch, args.context, steps, args.kernels, args.graphs,
-        piecewise_graphs=args.piecewise, mixing=args.mixing,
+        piecewise_graphs=args.piecewise, mixing=args.mixing, gdn_prefill=args.gdn_prefill,
         max_rows=args.batch + max((int(p.split("x")[0]) for p in args.prefill), default=0),
     )  # fmt: skip
     for _ in range(args.warmup):
@@ -114,7 +115,8 @@ def main(argv: list[str] | None = None) -> None:
             Path(f"{args.profile}.prefill_{spec}").write_text(table)
         print(
             f"{'mixed' if args.mixing else 'prefill'} step, {rows} new x {length} tokens beside "
-            f"{args.batch} decoding, piecewise {engine.piecewise is not None}: median "
+            f"{args.batch} decoding, piecewise {engine.piecewise is not None}, Gated DeltaNet "
+            f"{args.gdn_prefill}: median "
             f"{statistics.median(times):.3f} ms (p10 {min(times):.3f}) over {len(times)} steps"
         )
 

@@ -48,6 +48,10 @@ class EngineConfig:
     # Decode steps replay CUDA graphs captured per batch bucket (engine/worker/graphs.py);
     # needs the CUDA kernels with FlashInfer attention (bf16/fp16). Off: every step eager.
     cuda_graphs: bool = True
+    # The Gated DeltaNet kernel of bf16/fp16 prefill and mixed steps on the CUDA kernels:
+    # "fla" (flash-linear-attention's chunked kernel, ~9 launches a layer) or "triton" (ours,
+    # engine/kernels/triton_gdn.py, one launch a layer).
+    gdn_prefill: str = "fla"
     # Prefill and mixed steps (and decode steps past the largest decode bucket) replay CUDA
     # graphs of the token-wise pieces between the attention and Gated DeltaNet ops, captured
     # per token bucket (engine/worker/piecewise.py); same requirements as cuda_graphs.

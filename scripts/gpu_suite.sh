@@ -27,7 +27,7 @@ for stage in "${stages[@]}"; do
     quick)  # the loop, graphs, buffers and sampler, without the slow 0.8b model comparisons
       timeout 480 python3 -m pytest -m gpu -q -rA tests/test_gpu_double_buffer.py \
         tests/test_gpu.py tests/test_gpu_kernels.py \
-        -k "tiny or overlapped or graph_replay or piecewise or sampling or interchangeable or hazard or buffer" \
+        -k "tiny or overlapped or graph_replay or piecewise or sampling or interchangeable or hazard or buffer or gated_deltanet" \
         2>&1 | tee "$OUT/gpu_tests.log" ;;
     step)  # decode steps (eager, graphs) and prefill/mixed steps (eager, piecewise)
       for b in 64 128; do
@@ -40,7 +40,8 @@ for stage in "${stages[@]}"; do
       timeout 120 python3 -m benchmarks.bench_gpu_step --batch 64 --context 512 --steps 10 \
         --warmup 2 --kernels torch 2>&1 | tail -n 3 | tee -a "$OUT/bench_step.log" ;&
     prefill)
-      for mode in "--no-piecewise" "--piecewise" "--piecewise --mixing"; do
+      for mode in "--no-piecewise" "--piecewise" "--piecewise --mixing" \
+        "--piecewise --gdn-prefill triton" "--piecewise --mixing --gdn-prefill triton"; do
         timeout 150 python3 -m benchmarks.bench_gpu_step --batch 64 --context 512 --steps 20 \
           --graphs $mode --prefill 1x384 4x256 --profile "/tmp/profile_${mode//[- ]/}" 2>&1 \
           | grep -E "step,|Error|error" | tee -a "$OUT/bench_step.log"

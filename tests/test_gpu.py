@@ -25,17 +25,23 @@ def greedy_on(
     n: int,
     kernels: str = "auto",
     overlap: bool = False,
+    stagger: bool = False,
+    **engine,
 ):
+    """Each prompt's n greedy tokens from a worker; `stagger`: one arrival a step (steps of
+    changing sizes) instead of all at once; `engine`: settings over the scenario's."""
     scenario = load_scenario("qwen35", "tiny")
+    settings = {"kv_pages": 1024, "max_rows": 64} | engine
     config = replace(
-        scenario.engine, device=device, dtype=dtype, kv_pages=1024, kernels=kernels,
-        overlap=overlap, max_rows=64,
-    )  # fmt: skip
+        scenario.engine, device=device, dtype=dtype, kernels=kernels, overlap=overlap, **settings
+    )
     spec = replace(scenario.model, preset=preset)
     frames: list[StepFrames] = []
     worker = build_worker(spec, config, PhaseTimer(0, "g", []), frames.append)
     for rid, prompt in enumerate(prompts):
         worker.handle(AddRequest(rid, prompt, n, ignore_eos=True, temperature=0))
+        if stagger:
+            worker.iteration()
     while worker.iteration():
         pass
     out: dict[int, list[int]] = {rid: [] for rid in range(len(prompts))}
@@ -57,9 +63,12 @@ def test_tiny_engine_on_cuda_equals_the_cpu_reference():
         assert cuda[rid] == tokens[len(prompt) :], f"prompt {rid}"
 
 
-def _prefill_logits(model, prompts: list[list[int]], kernels: str) -> torch.Tensor:
+def _prefill_logits(model, prompts: list[list[int]], kernels: str, **engine) -> torch.Tensor:
     """The first-token logits [R, V] of one prefill step over every prompt at once."""
-    config = replace(load_scenario("qwen35", "0.8b").engine, kernels=kernels, cuda_graphs=False)
+    config = replace(
+        load_scenario("qwen35", "0.8b").engine, kernels=kernels, cuda_graphs=False,
+        piecewise_graphs=False, **engine,
+    )  # fmt: skip
     engine = Engine(model, config)
     for rid, prompt in enumerate(prompts):
         engine.add_request(AddRequest(rid, prompt, 4, ignore_eos=True, temperature=0), prompt)
@@ -253,24 +262,10 @@ def test_08b_piecewise_engine_decodes_as_the_eager_one_across_buckets():
                for i, n in enumerate([3, 700, 17, 64, 250, 5, 129, 400, 33, 90])]  # fmt: skip
     outs = {}
     for piecewise in (False, True):
-        scenario = load_scenario("qwen35", "0.8b")
-        config = replace(
-            scenario.engine, kv_pages=1024, max_rows=16, mixing=True, max_tokens_per_step=512,
-            piecewise_graphs=piecewise,
+        outs[piecewise], _ = greedy_on(
+            "cuda", "bfloat16", "0.8b", prompts, 6, stagger=True, overlap=True, mixing=True,
+            max_rows=16, max_tokens_per_step=512, piecewise_graphs=piecewise,
         )  # fmt: skip
-        frames: list[StepFrames] = []
-        worker = build_worker(scenario.model, config, PhaseTimer(0, "g", []), frames.append)
-        for rid, prompt in enumerate(prompts):
-            worker.handle(AddRequest(rid, prompt, 6, ignore_eos=True, temperature=0))
-            worker.iteration()  # one arrival a step: steps of changing sizes
-        while worker.iteration():
-            pass
-        out: dict[int, list[int]] = {rid: [] for rid in range(len(prompts))}
-        for step in frames:
-            for frame in step.frames:
-                out[frame.rid].extend(frame.tokens)
-        assert (worker.engine.piecewise is not None) == piecewise
-        outs[piecewise] = out
     first = [outs[True][r][:2] == outs[False][r][:2] for r in range(len(prompts))]
     assert sum(first) >= 9, outs
     print(
@@ -321,3 +316,16 @@ def test_tiny_orpheus_on_cuda_equals_the_cpu_reference(overlap):
         want = np.frombuffer(cpu_pcm[rid], dtype="<i2").astype(np.int32)
         got = np.frombuffer(cuda_pcm[rid], dtype="<i2").astype(np.int32)
         assert got.shape == want.shape and np.abs(got - want).max(initial=0) <= 2, rid
+
+
+def test_08b_prefill_on_our_gated_deltanet_kernel_equals_fla():
+    """`engine.gdn_prefill=triton` (our chunked kernel) against fla's on the same 0.8b bf16
+    prefill of mixed lengths: first-token logits to bf16 noise, greedy choices equal."""
+    model = build_model("qwen35", "0.8b", 0, "bfloat16", "cuda")
+    prompts = [[(11 * i + j) % 240_000 + 1 for j in range(n)] for i, n in enumerate([5, 77, 300])]
+    fla = _prefill_logits(model, prompts, "cuda", gdn_prefill="fla")
+    ours = _prefill_logits(model, prompts, "cuda", gdn_prefill="triton")
+    diff = (ours - fla).abs()
+    print("max", diff.max().item(), "mean", diff.mean().item())
+    assert diff.mean().item() < 0.1 * fla.abs().mean().item()
+    assert torch.equal(ours.argmax(-1), fla.argmax(-1))

@@ -110,13 +110,15 @@ def _gdn_layer(dtype, heads=16, dim=128):
     return layer.to(CUDA, dtype)
 
 
+@pytest.mark.parametrize("gdn_prefill", ["fla", "triton"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_gated_deltanet_prefill_then_decode_equals_the_reference(dtype):
+def test_gated_deltanet_prefill_then_decode_equals_the_reference(dtype, gdn_prefill):
     """Prefill rows of mixed lengths (one continuing a chunked prefill), then two decode steps
-    that continue the prefill's state: outputs and both state pools agree."""
+    that continue the prefill's state: outputs and both state pools agree. bf16 prefill runs
+    fla's chunked kernel or ours (`gdn_prefill`); fp32 runs our recurrence either way."""
     layer = _gdn_layer(dtype)
     model = torch.nn.ModuleDict({"l": layer})
-    ops = CudaOps(model, CUDA, page_size=16)
+    ops = CudaOps(model, CUDA, page_size=16, gdn_prefill=gdn_prefill)
     slots_n, conv_dim = 8, layer.conv_dim
     pools = {
         name: (

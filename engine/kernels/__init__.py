@@ -16,6 +16,7 @@ from engine.config import ConfigError
 from engine.kernels.torch_ops import TORCH_OPS
 
 BACKENDS = ("auto", "torch", "cuda")
+GDN_PREFILL = ("fla", "triton")  # the CUDA backend's Gated DeltaNet kernel for prefill steps
 
 
 def resolve_backend(name: str, device: torch.device) -> str:
@@ -28,11 +29,23 @@ def resolve_backend(name: str, device: torch.device) -> str:
     return name
 
 
-def build_ops(name: str, model: nn.Module, device: torch.device, page_size: int, slots: int = 2):
+def build_ops(
+    name: str,
+    model: nn.Module,
+    device: torch.device,
+    page_size: int,
+    slots: int = 2,
+    gdn_prefill: str = "fla",
+):
     """The ops object a step's ForwardBatch carries for `model` on `device`; `slots` host
-    buffers for the resources that declare `force_double_buffer`."""
+    buffers for the resources that declare `force_double_buffer`; `gdn_prefill` names the
+    Gated DeltaNet kernel of bf16/fp16 prefill and mixed steps (GDN_PREFILL)."""
+    if gdn_prefill not in GDN_PREFILL:
+        raise ConfigError(
+            f"engine.gdn_prefill must be one of {', '.join(GDN_PREFILL)}, got {gdn_prefill!r}"
+        )
     if resolve_backend(name, device) == "torch":
         return TORCH_OPS
     from engine.kernels.cuda_ops import CudaOps  # imports triton: only where CUDA runs
 
-    return CudaOps(model, device, page_size, slots)
+    return CudaOps(model, device, page_size, slots, gdn_prefill)

@@ -8,7 +8,8 @@
 - Gated DeltaNet: the conv and, for decode steps and fp32, the recurrence run on our Triton
   kernels in place on the state pool (triton_gdn.py); bf16/fp16 prefill and mixed steps run
   flash-linear-attention's chunked kernel over every row at once (varlen), states gathered
-  from and written back to the pool once per layer.
+  from and written back to the pool once per layer, or with `gdn_prefill="triton"` our own
+  chunked kernel, in place, one launch a layer.
 - Sampling: FlashInfer (gpu_sampler.py).
 """
 
@@ -40,8 +41,16 @@ def _pack(linears: tuple[nn.Linear, ...]) -> torch.Tensor:
 class CudaOps:
     name = "cuda"
 
-    def __init__(self, model: nn.Module, device: torch.device, page_size: int, slots: int = 2):
+    def __init__(
+        self,
+        model: nn.Module,
+        device: torch.device,
+        page_size: int,
+        slots: int = 2,
+        gdn_prefill: str = "fla",
+    ):
         self.device = device
+        self.gdn_prefill = gdn_prefill
         self.dtype = next(model.parameters()).dtype
         self.weights: dict[nn.Module, torch.Tensor] = {}  # norm -> fp32 scale
         self.packed: dict[tuple[nn.Linear, ...], tuple[torch.Tensor, list[int]]] = {}
@@ -78,7 +87,7 @@ class CudaOps:
         if self.attention_backend is not None:
             slot = self.attention_backend.plan(batch, bucket)
         self._chunked = not batch.is_decode and self.dtype != torch.float32
-        if self._chunked:
+        if self._chunked and self.gdn_prefill == "fla":
             self._step = (
                 batch.state_slots.long(),
                 (batch.cached > 0)[:, None, None, None],
@@ -114,8 +123,13 @@ class CudaOps:
     def linear_attention(self, layer: GatedDeltaNet, mixed, a, b, conv_state, ssm_state, batch):
         weight = layer.conv1d.weight[:, 0, :]
         qkv = triton_gdn.causal_conv(mixed, weight, conv_state, batch)
-        if not self._chunked:
-            return triton_gdn.gated_delta_recurrent(
+        if not self._chunked or self.gdn_prefill == "triton":
+            kernel = (
+                triton_gdn.gated_delta_chunked
+                if self._chunked
+                else triton_gdn.gated_delta_recurrent
+            )
+            return kernel(
                 qkv, a, b, layer.A_log, layer.dt_bias, ssm_state, batch,
                 layer.k_heads, layer.k_dim, layer.v_dim,
             )  # fmt: skip

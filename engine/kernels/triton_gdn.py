@@ -7,6 +7,12 @@ slot index: no gather of a batch's states, no scatter back.
 - `gated_delta_recurrent`: the gated delta rule token by token per (row, value head, value
   block), gates, q/k l2 norm and scale computed in the kernel, the fp32 state read from and
   written back to the row's slot. The decode step (one token a row) and exact fp32 prefill.
+- `gated_delta_chunked`: the same rule a chunk of C tokens at a time (the WY form of
+  engine/layers/gated_delta.py's `torch_gated_delta_rule_chunked`), one launch per layer
+  whatever the rows: per (row, value head, value block) a loop over the row's chunks, each a
+  few tile products and a C-step forward substitution, the state carried in registers from
+  chunk to chunk. The grid depends on the row count alone, so a prefill step pays one
+  launch where flash-linear-attention's chunked kernel pays about nine and its wrappers.
 
 Layouts follow the torch reference (engine/layers/gated_delta.py): conv state
 [slots, channels, kernel-1], recurrent state [slots, heads, k_dim, v_dim] fp32.
@@ -130,14 +136,90 @@ def _gdn_recurrent_kernel(
 def gated_delta_recurrent(qkv, a, b, A_log, dt_bias, ssm_state, meta, k_heads, k_dim, v_dim):
     """qkv [T, 2*Hk*K + Hv*V] (the conv's output, [q | k | v]); a, b [T, Hv] (rows may be
     strided). Returns o [T, Hv, V] in qkv's dtype; each row's slot of ssm_state is updated."""
+    return _launch(
+        _gdn_recurrent_kernel, qkv, a, b, A_log, dt_bias, ssm_state, meta, k_heads, k_dim, v_dim
+    )
+
+
+def _launch(kernel, qkv, a, b, A_log, dt_bias, ssm_state, meta, k_heads, k_dim, v_dim, **const):
+    """One launch of a Gated DeltaNet kernel: a program per (row, value head, value block)."""
     tokens = qkv.shape[0]
     v_heads = a.shape[1]
     out = torch.empty((tokens, v_heads, v_dim), dtype=qkv.dtype, device=qkv.device)
     bv = min(32, triton.next_power_of_2(v_dim))
     if tokens:
-        _gdn_recurrent_kernel[(meta.num_rows, v_heads, triton.cdiv(v_dim, bv))](
+        kernel[(meta.num_rows, v_heads, triton.cdiv(v_dim, bv))](
             qkv, a, b, A_log, dt_bias, ssm_state, out, meta.cu_seqlens, meta.cached,
             meta.state_slots, qkv.stride(0), a.stride(0), k_heads, v_heads, k_dim**-0.5,
-            DK=k_dim, DV=v_dim, BV=bv,
+            DK=k_dim, DV=v_dim, BV=bv, **const,
         )  # fmt: skip
     return out
+
+
+@triton.jit
+def _gdn_chunked_kernel(
+    QKV, A, B, A_LOG, DT_BIAS, STATE, OUT, CU, CACHED, SLOTS,
+    stride_t, stride_ab, HK, HV, scale,
+    DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr, C: tl.constexpr,
+):  # fmt: skip
+    row, h, vb = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    start = tl.load(CU + row)
+    end = tl.load(CU + row + 1)
+    keep = tl.load(CACHED + row) > 0
+    slot = tl.load(SLOTS + row).to(tl.int64)
+    hk = h // (HV // HK)
+    kd = tl.arange(0, DK)
+    vd = vb * BV + tl.arange(0, BV)
+    vmask = vd < DV
+    ci = tl.arange(0, C)
+    below = ci[:, None] > ci[None, :]  # s < t: where the delta-rule corrections reach
+    causal = ci[:, None] >= ci[None, :]
+    sptr = STATE + ((slot * HV + h) * DK + kd[:, None]) * DV + vd[None, :]
+    state = tl.load(sptr, mask=vmask[None, :] & keep, other=0.0)  # [DK, BV]
+    a_log = tl.load(A_LOG + h).to(tl.float32)
+    dt_bias = tl.load(DT_BIAS + h).to(tl.float32)
+    for c0 in range(start, end, C):
+        t = c0 + ci
+        live = t < end  # tokens past the row's end: k = v = 0, g = beta = 0, no effect
+        base = QKV + t[:, None] * stride_t
+        q = tl.load(base + hk * DK + kd[None, :], mask=live[:, None], other=0.0).to(tl.float32)
+        k = tl.load(base + (HK + hk) * DK + kd[None, :], mask=live[:, None], other=0.0)
+        k = k.to(tl.float32)
+        v = tl.load(
+            base + 2 * HK * DK + h * DV + vd[None, :],
+            mask=live[:, None] & vmask[None, :],
+            other=0.0,
+        ).to(tl.float32)
+        q = q / tl.sqrt(tl.sum(q * q, axis=1) + 1e-6)[:, None] * scale
+        k = k / tl.sqrt(tl.sum(k * k, axis=1) + 1e-6)[:, None]
+        a = tl.load(A + t * stride_ab + h, mask=live, other=0.0).to(tl.float32) + dt_bias
+        softplus = tl.where(a > 20.0, a, tl.log(1.0 + tl.exp(tl.minimum(a, 20.0))))
+        g = tl.where(live, -tl.exp(a_log) * softplus, 0.0)
+        b = tl.load(B + t * stride_ab + h, mask=live, other=0.0).to(tl.float32)
+        beta = tl.where(live, 1.0 / (1.0 + tl.exp(-b)), 0.0)
+        cum = tl.cumsum(g, axis=0)  # log decay from the chunk's start, <= 0, falling
+        last = tl.sum(tl.where(ci == C - 1, cum, 0.0), axis=0)
+        decay = tl.where(causal, tl.exp(tl.where(causal, cum[:, None] - cum[None, :], 0.0)), 0.0)
+        k_beta = k * beta[:, None]
+        # (I + L) U = beta v - (beta k exp(cum)) S, L = below(beta_t k_t.k_s exp(cum_t - cum_s))
+        lower = tl.where(below, tl.dot(k_beta, tl.trans(k)) * decay, 0.0)
+        u = v * beta[:, None] - tl.dot(k_beta * tl.exp(cum)[:, None], state)
+        for i in range(1, C):  # forward substitution, row i from the rows above it
+            li = tl.sum(tl.where(ci[:, None] == i, lower, 0.0), axis=0)
+            u = tl.where(ci[:, None] == i, u - tl.sum(li[:, None] * u, axis=0)[None, :], u)
+        out = tl.dot(q * tl.exp(cum)[:, None], state)
+        out += tl.dot(tl.dot(q, tl.trans(k)) * decay, u)
+        optr = OUT + (t[:, None] * HV + h) * DV + vd[None, :]
+        tl.store(optr, out.to(OUT.dtype.element_ty), mask=live[:, None] & vmask[None, :])
+        state = state * tl.exp(last) + tl.dot(tl.trans(k * tl.exp(last - cum)[:, None]), u)
+    tl.store(sptr, state, mask=vmask[None, :])
+
+
+def gated_delta_chunked(
+    qkv, a, b, A_log, dt_bias, ssm_state, meta, k_heads, k_dim, v_dim, chunk: int = 32
+):
+    """`gated_delta_recurrent`'s contract, a chunk at a time (one launch for every row)."""
+    return _launch(
+        _gdn_chunked_kernel, qkv, a, b, A_log, dt_bias, ssm_state, meta, k_heads, k_dim, v_dim,
+        C=chunk,
+    )  # fmt: skip
