@@ -28,12 +28,11 @@ import pyarrow.parquet as pq
 import yaml
 
 from harness.analysis import schema
-from harness.analysis.compare import Comparison
 from harness.analysis.schema import SCHEMA_VERSION, RequestRecord, ServerRecord, SpanRecord
-from harness.analysis.summary import summarize, summary_json
+from harness.analysis.summary import Summary, from_summary_json, summarize, summary_json
 from harness.errors import BenchError
 
-RESULTS = Path(__file__).resolve().parent.parent / "results"
+RESULTS = Path("results")  # under the current directory, wherever bench is installed
 CALIBRATION = Path("calibration") / "latest.json"
 
 
@@ -183,7 +182,7 @@ class RunDir:
             with self._writing(self.path / f"{name}.parquet"):
                 self._save_table(name)
 
-    def summarise(self) -> Comparison:
+    def summarise(self) -> Summary:
         """`summarise` of this run (summary.json), through the same guard as every write."""
         with self._writing(self.path / "summary.json"):
             return summarise(self.path)
@@ -284,18 +283,18 @@ def load_runs(path: Path) -> list[tuple[Path, dict, dict[str, pd.DataFrame]]]:
     return out
 
 
-def summarise(path: Path) -> Comparison:
-    """Summarise a run once it has ended: its comparison, written to summary.json."""
+def summarise(path: Path) -> Summary:
+    """Summarise a run once it has ended: its summary, written to summary.json."""
     manifest, frames = load_run(path)
-    comparison = summarize(manifest, frames)
-    write_json(Path(path) / "summary.json", summary_json(manifest, comparison))
-    return comparison
+    summary = summarize(manifest, frames)
+    write_json(Path(path) / "summary.json", summary_json(manifest, summary))
+    return summary
 
 
-def load_summary(path: Path) -> Comparison | None:
-    """The comparison summary.json holds; None for a run that was never summarised."""
+def load_summary(path: Path) -> Summary | None:
+    """The summary summary.json holds; None for a run that was never summarised."""
     data = read_json(Path(path) / "summary.json")
-    return None if data is None else Comparison.from_json(data)
+    return None if data is None else from_summary_json(data)
 
 
 def write_calibration(result: dict, directory: Path = RESULTS / "calibration") -> Path:

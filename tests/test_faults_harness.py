@@ -9,6 +9,7 @@ kill `bench` itself.
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import json
 import os
@@ -304,6 +305,28 @@ def test_a_refused_connection_is_recorded_with_status_0_not_the_last_one():
         return status, lane.last_status
 
     assert run_loop(main()) == (200, 0)
+
+
+def test_a_connection_lost_as_it_opens_fails_the_request_not_bench(monkeypatch):
+    """A server killed as it accepts a lane's new connection: the connection is lost before
+    the lane resumes, and the request fails (an OSError the lane records) instead of bench
+    crashing on a transport that is gone (seen as exit 3 when an API server was killed)."""
+
+    async def lost_at_once(self, factory, *args, **kwargs):
+        conn = factory()
+        conn.connection_made(None)
+        conn.connection_lost(ConnectionResetError())
+        return None, conn
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        monkeypatch.setattr(type(loop), "create_connection", lost_at_once)
+        lane = Lane(Endpoint("http://127.0.0.1:9/v1/completions"))
+        with pytest.raises(OSError, match="closed the connection as it opened"):
+            await lane.post(b"{}", b"", lambda *_: None, 5)
+        assert lane.conn is None  # the next request opens a new one
+
+    run_loop(main())
 
 
 # --- 11. a write that fails mid-run (INVARIANTS 33) ----------------------------------------

@@ -1,5 +1,5 @@
-"""The closed loop: exactly C in flight, the same sequence for every arm, the raw facts it records,
-failures recorded and survived, interruption, SSE from other servers, shards.
+"""The closed loop: exactly C in flight, the same sequence for every arm (INVARIANTS 40), the raw
+facts it records, failures recorded and survived, interruption, SSE from other servers, shards.
 
 No test asserts an upper time bound: these run on loaded two-core CI machines."""
 
@@ -15,7 +15,7 @@ from aiohttp import web
 from engine.config import LoadProfile
 from harness.analysis.schema import Slot
 from harness.measure.event_loop import run_loop
-from harness.measure.loadgen import run_closed_loop
+from harness.measure.loadgen import run_load
 from harness.measure.mock.server import MockConfig, MockServer
 from harness.measure.request_sequence import RequestSpec, build_requests
 
@@ -62,7 +62,7 @@ def test_exactly_c_in_flight_and_raw_facts():
         async with MockServer(MockConfig(ttft_ms=ttft_ms, itl_ms=1.0)) as mock:
             progress = []
             where = Slot("pr", "B", "B3", 2, 3)
-            result = await run_closed_loop(
+            result = await run_load(
                 mock.url,
                 requests,
                 concurrency,
@@ -118,7 +118,7 @@ def test_same_seed_same_requests_for_every_arm():
         async with _Server(handler) as url:
             for arm in ("A", "B"):
                 seen.append([])
-                await run_closed_loop(url, requests, 3, slot=Slot(arm, arm, f"{arm}0", 0, 0))
+                await run_load(url, requests, 3, slot=Slot(arm, arm, f"{arm}0", 0, 0))
 
     run_loop(main())
     assert (
@@ -178,7 +178,7 @@ def test_failures_are_recorded_and_the_loop_goes_on():
 
     async def main():
         async with _Server(handler) as url:
-            return await run_closed_loop(url, [RequestSpec(i, [1, 2], 3) for i in range(20)], 3)
+            return await run_load(url, [RequestSpec(i, [1, 2], 3) for i in range(20)], 3)
 
     result = run_loop(main())
     by_kind = {k: [r for r in result.records if r.index % 4 == k] for k in range(4)}
@@ -198,7 +198,7 @@ def test_unreachable_server_fails_every_request_without_raising():
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     requests = [RequestSpec(i, [1], 2) for i in range(6)]
-    result = run_loop(run_closed_loop(f"http://127.0.0.1:{port}", requests, 2))
+    result = run_loop(run_load(f"http://127.0.0.1:{port}", requests, 2))
     assert len(result.records) == 6
     assert all(r.status == 0 and "Connect" in r.error for r in result.records)
 
@@ -211,7 +211,7 @@ def test_stop_event_returns_what_was_measured():
             stop = asyncio.Event()
             asyncio.get_running_loop().call_later(0.3, stop.set)
             requests = [RequestSpec(i, [1], 10_000) for i in range(10)]
-            return await run_closed_loop(mock.url, requests, concurrency, stop_event=stop)
+            return await run_load(mock.url, requests, concurrency, stop_event=stop)
 
     result = run_loop(main())
     assert result.interrupted
@@ -230,7 +230,7 @@ def test_send_for_s_stops_sending_then_drains(shards):
     async def main():
         async with MockServer(MockConfig(ttft_ms=1, itl_ms=5, output_tokens=20)) as mock:
             requests = [RequestSpec(i, [1], 20) for i in range(100_000)]
-            return await run_closed_loop(
+            return await run_load(
                 mock.url, requests, concurrency, send_for_s=send_for, shards=shards
             )
 
@@ -267,7 +267,7 @@ def test_openai_style_streams_from_other_servers():
 
     async def main():
         async with _Server(handler) as url:
-            return await run_closed_loop(
+            return await run_load(
                 url + "/v1/completions", [RequestSpec(0, [1, 2], 8)], 1, model="m"
             )
 
@@ -286,7 +286,7 @@ def test_stream_without_done_is_a_failure():
 
     async def main():
         async with _Server(handler) as url:
-            return await run_closed_loop(url, [RequestSpec(0, [1], 1)], 1)
+            return await run_load(url, [RequestSpec(0, [1], 1)], 1)
 
     (r,) = run_loop(main()).records
     assert r.error == "stream ended before [DONE]" and len(r.token_times_s) == 1
@@ -313,7 +313,7 @@ def test_speech_replies_are_recorded_as_pcm_bytes_as_they_arrive():
     async def main():
         async with _Server(handler) as url:
             specs = [RequestSpec(0, [5, 6], 35), RequestSpec(1, [7], 28)]
-            return await run_closed_loop(url, specs, 1, api="speech")
+            return await run_load(url, specs, 1, api="speech")
 
     good, cut = run_loop(main()).records
     assert bodies[0] == {
@@ -333,7 +333,7 @@ def test_shards_keep_c_in_flight_in_total():
 
     async def main():
         async with MockServer(MockConfig(ttft_ms=5, itl_ms=2)) as mock:
-            result = await run_closed_loop(mock.url, requests, concurrency, warmup=6, shards=2)
+            result = await run_load(mock.url, requests, concurrency, warmup=6, shards=2)
             return result, mock.stats
 
     result, stats = run_loop(main())
@@ -356,7 +356,7 @@ def test_a_bug_in_a_lane_is_raised_not_recorded(monkeypatch):
 
     async def main():
         async with MockServer(MockConfig(ttft_ms=1, itl_ms=1, output_tokens=2)) as mock:
-            await run_closed_loop(mock.url, [RequestSpec(i, [1], 2) for i in range(4)], 2)
+            await run_load(mock.url, [RequestSpec(i, [1], 2) for i in range(4)], 2)
 
     with pytest.raises(RuntimeError, match="bug"):
         run_loop(main())

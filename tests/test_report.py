@@ -8,11 +8,14 @@ import json
 import numpy as np
 import pytest
 from PIL import Image
+from rich.console import Console
 from typer.testing import CliRunner
 
 from harness.analysis import power
 from harness.cli import app
 from harness.commands.report import report_run
+from harness.results import load_summary
+from harness.show.comparison import render
 from harness.show.report.style import DPI, WIDTH_IN
 from tests.synthetic_run import (
     ARMS,
@@ -205,3 +208,18 @@ def test_a_summary_made_with_older_statistics_is_summarised_again_in_memory(tmp_
     md = report_run(tmp_path / "run", results=tmp_path).read_text()
     assert "**B is slower**" in md and "summarised the tables again" in md
     assert summary.read_bytes() == before
+
+
+def test_the_terminal_tables_read_at_80_columns(tmp_path):
+    """Row names are never cut and figures wrap rather than being cut (rich marks a cut with
+    an ellipsis); the compact interval keeps the change column narrow."""
+    write_run(tmp_path / "run", RATES)
+    console = Console(width=80, record=True)
+    console.print(render(load_summary(tmp_path / "run")))
+    text = console.export_text()
+    lines = text.splitlines()
+    assert "…" not in text and max(len(line) for line in lines) <= 80
+    rows = [line for line in lines if line[:1] in "┏┃┡│└"]
+    assert all(line.rstrip()[-1] in "┓┃┩│┘" for line in rows)  # no table cropped at its right
+    for name in SPANS_MS:
+        assert name.removeprefix("worker.") in text

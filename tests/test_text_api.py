@@ -1,6 +1,7 @@
 """Text and chat: the tokenizers (built-in byte-level and a tokenizer.json), the chat template,
 validation of chat bodies, and the official `openai` client streaming completions and chat
-completions from the engine with text prompts."""
+completions from the engine with text prompts (INVARIANTS 39: the worker sees token ids only,
+usage counts tokens)."""
 
 from __future__ import annotations
 

@@ -211,9 +211,20 @@ def steady_audio_s_per_s(requests: pd.DataFrame, window: Window) -> float:
     return float(inside) / PCM_BYTES_PER_S / (end - start)
 
 
+def run_span_s(requests: pd.DataFrame) -> float:
+    """Seconds of load: each server's whole load, first send to last end (warmup included),
+    summed over the servers in the frame (their clocks are their own); NaN without measured
+    requests."""
+    if measured(requests).empty:
+        return float("nan")
+    servers = requests.assign(end_s=requests["end_s"].astype(float)).groupby(SERVER_KEY)
+    span = float((servers["end_s"].max() - servers["send_s"].min()).sum())
+    return span if span > 0 else float("nan")
+
+
 def run_tok_per_s(requests: pd.DataFrame) -> float:
-    """Output tokens of every succeeded request, warmup included, over the whole load: first
-    send to last end. Every token delivered in that span counts and so does all of its time
+    """Output tokens of every succeeded request, warmup included, over the whole load
+    (`run_span_s`). Every token delivered in that span counts and so does all of its time
     (counting only measured requests' tokens over their span would leave out the warmup
     requests' tokens but not the time they took: a figure biased low)."""
     return _per_whole_load_s(requests, lambda rows: rows["output_tokens"].sum())
@@ -225,16 +236,18 @@ def run_audio_s_per_s(requests: pd.DataFrame) -> float:
     return _per_whole_load_s(requests, lambda rows: audio_s(rows).sum())
 
 
+def run_request_per_s(requests: pd.DataFrame) -> float:
+    """Succeeded requests, warmup included, over the whole load, as run_tok_per_s."""
+    return _per_whole_load_s(requests, len)
+
+
 def _per_whole_load_s(requests: pd.DataFrame, amount) -> float:
-    """`amount(succeeded requests)` per second from the load's first send to its last end;
-    NaN without measured requests, succeeded ones or time."""
+    """`amount(succeeded requests)` per second of the whole load (`run_span_s`); NaN without
+    measured requests, succeeded ones or time."""
     rows = requests[ok(requests)] if len(requests) else requests
-    if measured(requests).empty or rows.empty:
+    if rows.empty:
         return float("nan")
-    span = requests["end_s"].astype(float).max() - requests["send_s"].min()
-    if not span > 0:
-        return float("nan")
-    return float(amount(rows)) / span
+    return float(amount(rows)) / run_span_s(requests)
 
 
 def server_summary(

@@ -26,7 +26,7 @@ Run = tuple[dict, dict[str, pd.DataFrame]]  # a run directory's manifest and tab
 SETUP = {  # what two runs should share for their difference to be the code's
     "scenario": ("name", "size", "model", "engine", "load"),
     "machine": ("host", "cpu", "cpus", "gpu", "torch", "cuda"),
-    "": ("concurrency", "requests", "duration_s", "warmup", "period"),
+    "": ("concurrency", "load", "requests", "duration_s", "warmup", "period"),
 }
 
 
@@ -180,4 +180,8 @@ def _doubts(sides: dict, labels: dict[str, str]) -> list[str]:
 
 
 def _get(manifest: dict, section: str, key: str):
-    return (manifest.get(section) or {}).get(key) if section else manifest.get(key)
+    if section:
+        return (manifest.get(section) or {}).get(key)
+    if key == "load" and "load" not in manifest:  # a run from before the open loop
+        return {"mode": "closed", "concurrency": manifest.get("concurrency"), "api": "completions"}
+    return manifest.get(key)

@@ -47,7 +47,7 @@ class RequestRecord:
     warmup: bool
     prompt_tokens: int
     max_tokens: int
-    intended_send_s: float  # when the closed loop wanted to send it (a lane became free)
+    intended_send_s: float  # when it was due: its lane free (closed loop), its arrival (open)
     send_s: float  # when the request was actually written
     first_token_s: float | None = None
     end_s: float | None = None

@@ -1,28 +1,77 @@
-"""A run summarised: its manifest and tables in, its `Comparison` out, once per run.
+"""A run summarised: its manifest and tables in, its summary out, once per run: a
+`Comparison` (bench run), a `Measurement` (bench measure) or a `Sweep` (bench sweep), as the
+manifest's `kind` says.
 
 `summary_json` is what summary.json holds; results.py writes it when the run ends and the
-report reads it back (`Comparison.from_json`) rather than summarising the run again.
+report reads it back (`from_summary_json`) rather than summarising the run again.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import pandas as pd
 
 from harness.analysis.compare import Comparison, compare
+from harness.analysis.measurement import Measurement, measure
 from harness.analysis.stats import Rule
+from harness.analysis.sweep import Sweep, sweep
 
 INCOMPLETE = "the run did not finish (interrupted or failed): partial data"
+Summary = Comparison | Measurement | Sweep
 
 
-def summarize(manifest: dict, frames: dict[str, pd.DataFrame]) -> Comparison:
+def summarize(manifest: dict, frames: dict[str, pd.DataFrame]) -> Summary:
+    """The run's summary: of one target, of a sweep, or arm B against arm A. The servers that
+    failed during the run are left out of it (`without_failed_servers`)."""
+    kind = manifest.get("kind", "compare")
+    frames, left_out = without_failed_servers(
+        manifest, frames, "the comparison" if kind == "compare" else "the figures"
+    )
+    if kind == "measure":
+        result = _measurement(manifest, frames)
+    elif kind == "sweep":
+        loads = {p["server"]: p["load"] for p in manifest["points"]}
+        labels = {arm["letter"]: arm["name"] for arm in manifest["arms"]}
+        result = sweep(
+            frames["requests"],
+            frames["servers"],
+            loads,
+            labels,
+            manifest["axis"],
+            manifest.get("goodput"),
+        )
+    else:
+        result = _comparison(manifest, frames)
+    result.doubts[:0] = left_out
+    if not manifest.get("complete", False):
+        result.doubts.insert(0, INCOMPLETE)
+    return result
+
+
+def _measurement(manifest: dict, frames: dict[str, pd.DataFrame]) -> Measurement:
+    arm = manifest["arms"][0]
+    return measure(
+        frames["requests"],
+        frames["spans"],
+        frames["servers"],
+        arm["name"],
+        manifest.get("load") or {},
+        headline=manifest["scenario"]["headline"],
+        slos_ms=manifest.get("goodput"),
+        slo_attainment=manifest.get("slo_attainment", 0.99),
+        external=arm["kind"] == "url",
+        audio=speaks(manifest),
+    )
+
+
+def _comparison(manifest: dict, frames: dict[str, pd.DataFrame]) -> Comparison:
     """Arm B against arm A of one run directory's tables, headline from its scenario, the
-    equivalence margin from the run's manifest (the default for runs that name none); the
-    servers that failed during the run are left out (`without_failed_servers`)."""
+    equivalence margin from the run's manifest (the default for runs that name none)."""
     arms = {a["letter"]: a for a in manifest["arms"]}
-    frames, left_out = without_failed_servers(manifest, frames)
     unspanned = {letter for letter, arm in arms.items() if arm["kind"] == "url"}
     unspanned |= set(manifest.get("untimed") or ())
-    result = compare(
+    return compare(
         frames["requests"],
         frames["spans"],
         frames["servers"],
@@ -32,10 +81,6 @@ def summarize(manifest: dict, frames: dict[str, pd.DataFrame]) -> Comparison:
         headline=manifest["scenario"]["headline"],
         rule=Rule(margin=manifest.get("margin", Rule().margin)),
     )
-    result.doubts[:0] = left_out
-    if not manifest.get("complete", False):
-        result.doubts.insert(0, INCOMPLETE)
-    return result
 
 
 def speaks(manifest: dict) -> bool:
@@ -43,17 +88,17 @@ def speaks(manifest: dict) -> bool:
     return (manifest["scenario"].get("load") or {}).get("api") == "speech"
 
 
-def summary_json(manifest: dict, comparison: Comparison) -> dict:
-    """summary.json: the run's id, whether it finished, and its comparison."""
+def summary_json(manifest: dict, summary: Summary) -> dict:
+    """summary.json: the run's id, whether it finished, and its summary."""
     return {
         "run_id": manifest.get("run_id"),
         "complete": manifest.get("complete", False),
-        **comparison.to_json(),
+        **summary.to_json(),
     }
 
 
 def without_failed_servers(
-    manifest: dict, frames: dict[str, pd.DataFrame]
+    manifest: dict, frames: dict[str, pd.DataFrame], of: str = "the comparison"
 ) -> tuple[dict[str, pd.DataFrame], list[str]]:
     """The tables without the requests and spans of the servers the manifest names in
     `failed_servers` (one that died or stalled under load, or most of whose requests failed:
@@ -67,4 +112,11 @@ def without_failed_servers(
         for name, frame in frames.items()
     }
     noun = "servers" if len(failed) > 1 else "server"
-    return kept, [f"{noun} {', '.join(failed)} failed during the run: left out of the comparison"]
+    return kept, [f"{noun} {', '.join(failed)} failed during the run: left out of {of}"]
+
+
+def from_summary_json(data: Mapping) -> Summary:
+    """The summary summary.json holds, of the kind it says (a comparison when it says none)."""
+    kind = data.get("kind")
+    cls = Measurement if kind == "measure" else Sweep if kind == "sweep" else Comparison
+    return cls.from_json(data)

@@ -13,7 +13,7 @@ import typer
 
 from harness.analysis.pairing import pair_runs, run_labels
 from harness.analysis.stats import Rule
-from harness.errors import BenchError
+from harness.errors import BenchError, ExitCode
 from harness.results import RESULTS, load_runs, report_context
 from harness.show.comparison import render
 from harness.show.console import fail, notes, output
@@ -29,12 +29,16 @@ def main(
     html: bool = typer.Option(False, "--html", help="With --report, also write report.html."),
     margin: float = typer.Option(0.05, min=0.0, help="No change: whole CI within +-this."),
 ) -> None:
-    """Compare recorded runs as arms A and B; exit 1 when B's headline figure is slower (a
-    verdict needs two or more runs of each side)."""
+    """Compare recorded runs as arms A and B; exit 1 when B's headline figure is slower.
+
+    A verdict needs two or more runs of each side; one run a side is descriptive (exit 0)."""
     try:
         sides = [load_runs(runs_a), load_runs(runs_b)]
     except BenchError as exc:
         fail(str(exc))
+    for path, manifest, _ in (run for side in sides for run in side):
+        if manifest.get("kind") == "sweep":  # its servers ran at different loads
+            fail(f"{path} is a sweep; compare two arms' curves with bench sweep --arm twice")
     paths = [[str(p) for p, _, _ in side] for side in sides]
     runs = [[(m, f) for _, m, f in side] for side in sides]
     labels = run_labels(*paths, *runs)
@@ -49,4 +53,4 @@ def main(
         path = write_report(gather(manifest, frames, result, *context), report, html=html)
         notes().print(f"report: {path}")
     if result.regression:
-        raise typer.Exit(1)
+        raise typer.Exit(ExitCode.SLOWER)

@@ -6,7 +6,7 @@ import json
 
 import typer
 
-from harness.errors import BenchError
+from harness.errors import BenchError, ExitCode
 from harness.measure.nightly import nightly
 from harness.show.console import fail, output
 from harness.show.nightly import render
@@ -18,8 +18,9 @@ def main(
     machine: str | None = typer.Option(None, help="asv machine name (default: hostname)."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
-    """Record each new commit of main with asv; exit 1 when asv's step detection finds a
-    regression, 2 when the suite failed on main's tip."""
+    """Record each new commit of main with asv; exit 1 when asv finds a regression.
+
+    Exit 2 when the suite failed on main's tip (asv's step detection finds regressions)."""
     try:
         result = nightly(since, publish, machine)
     except BenchError as exc:
@@ -29,6 +30,6 @@ def main(
     else:
         output().print(render(result))
     if result.regressions:
-        raise typer.Exit(1)
+        raise typer.Exit(ExitCode.SLOWER)
     if result.tip_failed:
-        raise typer.Exit(2)
+        raise typer.Exit(ExitCode.ERROR)

@@ -6,12 +6,13 @@ from pathlib import Path
 
 import typer
 
-from harness.analysis.compare import STATISTICS
+from harness.analysis.compare import STATISTICS, Comparison
 from harness.analysis.summary import summarize
 from harness.errors import BenchError
 from harness.results import RESULTS, load_run, load_summary, report_context, summarise
 from harness.show.console import fail, notes
 from harness.show.report.evidence import gather
+from harness.show.report.single import write_single_report
 from harness.show.report.write import write_report
 
 OLDER_STATISTICS = (
@@ -41,6 +42,8 @@ def report_run(run_dir: Path, html: bool = False, results: Path = RESULTS) -> Pa
     if frames["servers"].empty:
         raise BenchError(f"{run_dir} has no servers yet: nothing to report")
     comparison = load_summary(run_dir) or summarise(run_dir)
+    if not isinstance(comparison, Comparison):  # one target, or a sweep
+        return write_single_report(manifest, comparison, run_dir)
     if comparison.statistics < STATISTICS:
         comparison = summarize(manifest, frames)
         comparison.doubts.append(OLDER_STATISTICS)

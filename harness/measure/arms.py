@@ -3,7 +3,8 @@
 A SPEC is a git ref (run from a worktree of that commit), `worktree` (this tree, uncommitted
 changes included), scenario overrides (`key=value,...`, on this tree), or the URL of a running
 OpenAI-compatible server (driven as is: no spans). Default: A = the merge-base of HEAD with
-main, B = the working tree.
+main, B = the working tree. "This tree" and the refs are those of the git repository of the
+current directory (`repo()`), wherever bench itself is installed.
 """
 
 from __future__ import annotations
@@ -17,7 +18,15 @@ from pathlib import Path
 from engine.config import ConfigError, parse_overrides
 from harness.errors import BenchError
 
-REPO = Path(__file__).resolve().parents[2]
+HARNESS_TREE = Path(__file__).resolve().parents[2]  # the checkout bench runs from
+
+
+def repo() -> Path:
+    """The git repository of the current directory; outside one, the harness's own tree."""
+    proc = subprocess.run(
+        ["git", "rev-parse", "--show-toplevel"], capture_output=True, text=True, cwd=Path.cwd()
+    )
+    return Path(proc.stdout.strip()) if proc.returncode == 0 else HARNESS_TREE
 
 
 @dataclass(frozen=True)
@@ -46,8 +55,8 @@ class Arm:
         )
 
 
-def git(*args: str, cwd: Path = REPO) -> str:
-    proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
+def git(*args: str, cwd: Path | None = None) -> str:
+    proc = subprocess.run(["git", *args], cwd=cwd or repo(), capture_output=True, text=True)
     if proc.returncode != 0:
         raise BenchError(f"git {' '.join(args)} failed: {proc.stderr.strip().splitlines()[-1:]}")
     return proc.stdout.strip()
@@ -55,7 +64,7 @@ def git(*args: str, cwd: Path = REPO) -> str:
 
 def git_or_none(*args: str) -> str | None:
     """A git query that may fail (an unknown ref, no checkout): its output, or None."""
-    proc = subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True)
+    proc = subprocess.run(["git", *args], cwd=repo(), capture_output=True, text=True)
     return proc.stdout.strip() if proc.returncode == 0 else None
 
 
@@ -65,14 +74,15 @@ def _tree_state() -> tuple[str | None, bool, str | None]:
     head = git_or_none("rev-parse", "HEAD")
     if head is None:
         return None, False, None
-    diff = subprocess.run(["git", "diff", "HEAD", "--binary"], cwd=REPO, capture_output=True).stdout
-    untracked = git("ls-files", "--others", "--exclude-standard")
+    root = repo()
+    diff = subprocess.run(["git", "diff", "HEAD", "--binary"], cwd=root, capture_output=True).stdout
+    untracked = git("ls-files", "--others", "--exclude-standard", cwd=root)
     if not diff and not untracked:
         return head, False, None
     digest = hashlib.sha256(diff)
     for name in sorted(untracked.splitlines()):
         digest.update(name.encode())
-        path = REPO / name
+        path = root / name
         if path.is_file():
             digest.update(path.read_bytes())
     return head, True, digest.hexdigest()[:16]
@@ -87,7 +97,7 @@ def _worktree_for(commit: str) -> Path:
     path = cache_dir() / commit
     if not (path / "engine").is_dir():
         path.parent.mkdir(parents=True, exist_ok=True)
-        subprocess.run(["git", "worktree", "prune"], cwd=REPO, capture_output=True)
+        subprocess.run(["git", "worktree", "prune"], cwd=repo(), capture_output=True)
         git("worktree", "add", "--force", "--detach", str(path), commit)
     return path
 
@@ -106,14 +116,15 @@ def resolve(letter: str, name: str, spec: str) -> Arm:
         return Arm(letter, name, "url", spec, url=spec.rstrip("/"))
     if spec == "worktree":
         head, dirty, digest = _tree_state()
-        return Arm(letter, name, "worktree", spec, head, dirty, digest, tree=str(REPO))
+        return Arm(letter, name, "worktree", spec, head, dirty, digest, tree=str(repo()))
     if "=" in spec:
         try:
             overrides = parse_overrides(spec)
         except ConfigError as exc:
             raise BenchError(str(exc)) from None
         head, dirty, digest = _tree_state()
-        return Arm(letter, name, "overrides", spec, head, dirty, digest, overrides, tree=str(REPO))
+        tree = str(repo())
+        return Arm(letter, name, "overrides", spec, head, dirty, digest, overrides, tree=tree)
     commit = git_or_none("rev-parse", "--verify", "--quiet", f"{spec}^{{commit}}")
     if commit is None:
         raise BenchError(
@@ -121,7 +132,7 @@ def resolve(letter: str, name: str, spec: str) -> Arm:
             "commit (git log --oneline)"
         )
     head, dirty, _ = _tree_state()
-    tree = REPO if commit == head and not dirty else _worktree_for(commit)
+    tree = repo() if commit == head and not dirty else _worktree_for(commit)
     return Arm(letter, name, "ref", spec, commit, tree=str(tree))
 
 

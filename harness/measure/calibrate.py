@@ -27,7 +27,7 @@ from engine.config import LoadProfile
 from harness.analysis.calibration import TARGETS, latency_errors, load_figures, verdict
 from harness.errors import BenchError
 from harness.measure.event_loop import run_loop
-from harness.measure.loadgen import LoadResult, run_closed_loop
+from harness.measure.loadgen import LoadResult, run_load
 from harness.measure.request_sequence import build_requests
 from harness.measure.server import free_port
 from harness.results import host
@@ -97,7 +97,7 @@ async def _drive(
     requests = build_requests(load, vocab_size=32000, count=count, seed=0)
     busy, ours, mock_cpu, wall = _machine_busy_s(), _own_cpu_s(), mock.cpu_s(), time.perf_counter()
     with _pinned({0} if mock.pin else None):
-        result = await run_closed_loop(
+        result = await run_load(
             mock.url,
             requests,
             s.concurrency,

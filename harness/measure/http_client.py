@@ -169,6 +169,9 @@ class Lane:
                 self.connect_timeout_s,
             )
         conn = self.conn
+        if conn.transport is None:  # lost before this lane resumed: a server dying as it accepted
+            self.conn = None
+            raise ResponseError("the server closed the connection as it opened")
         conn.done, conn.on_body, conn.last_data = loop.create_future(), on_body, time.perf_counter()
         conn.transport.write(
             b"".join((self.endpoint.head, headers, b"Content-Length: %d\r\n\r\n" % len(body), body))

@@ -1,7 +1,7 @@
-"""The closed loop's lanes on one event loop: each lane sends a request, reads its stream to the
-end, then takes the next index of the shared sequence. They record raw client facts
-(`RequestRecord`, stamped with the slot they ran in) and the moments that bound the steady
-window, and compute nothing.
+"""The load's lanes on one event loop: each lane takes the next index of the shared sequence,
+sends it (at once in the closed loop; at its arrival time in the open loop), reads its stream
+to the end, and takes the next. They record raw client facts (`RequestRecord`, stamped with
+the slot they ran in) and the moments that bound the steady window, and compute nothing.
 """
 
 from __future__ import annotations
@@ -15,9 +15,10 @@ from dataclasses import astuple, dataclass
 import msgspec
 
 from harness.analysis.schema import RequestRecord, Slot
+from harness.measure.arrivals import ArrivalSchedule
 from harness.measure.http_client import Endpoint, Lane
 from harness.measure.pcm import PcmReader
-from harness.measure.request_sequence import RequestSequence, RequestSpec
+from harness.measure.request_sequence import Requests, RequestSpec
 from harness.measure.sse import ResponseReader
 
 FAILURES = (TimeoutError, OSError)  # ResponseError is a ConnectionError, an OSError
@@ -41,14 +42,18 @@ class Job(msgspec.Struct, array_like=True):
 
     endpoint: str
     model: str | None
-    requests: RequestSequence | list[RequestSpec]
-    concurrency: int
+    requests: Requests | list[RequestSpec]
+    concurrency: int  # lanes: the requests in flight (closed loop) or their cap (open loop)
     warmup: int
     slot: Slot
     ramp_s: float
     timeout_s: float
     send_for_s: float | None = None
-    api: str = "completions"  # or "speech": /v1/audio/speech, raw PCM back
+    arrivals: ArrivalSchedule | None = None  # the open loop's; None: closed loop
+    headers: bytes = b""  # extra header lines, each ending in CRLF
+    # "completions"; "chat": /v1/chat/completions (a text prompt as one user message);
+    # "speech": /v1/audio/speech, raw PCM back
+    api: str = "completions"
 
 
 class LaneSummary(msgspec.Struct, array_like=True):
@@ -63,21 +68,34 @@ class LaneSummary(msgspec.Struct, array_like=True):
 
 
 def until(job: Job, t0: float, take: Callable[[], int | None]) -> Callable[[], int | None]:
-    """`take`, ending the sequence once `job.send_for_s` seconds have passed since t0."""
+    """`take`, ending the sequence once `job.send_for_s` seconds have passed since t0 (in the
+    open loop: at the first request due after them)."""
     if job.send_for_s is None:
         return take
+    if job.arrivals is not None:
+        arrivals, end = job.arrivals, job.send_for_s
+
+        def scheduled() -> int | None:
+            index = take()
+            return index if index is not None and arrivals[index] < end else None
+
+        return scheduled
     deadline = t0 + job.send_for_s
     return lambda: take() if time.perf_counter() < deadline else None
 
 
 def request_body(job: Job, spec: RequestSpec) -> bytes:
-    """The JSON body of one request: exact lengths (ignore_eos), greedy; a completion streamed
-    with usage, a speech request (`job.api` "speech") its input as token ids and PCM back."""
+    """The JSON body of one request: exact lengths (ignore_eos), greedy; a completion (or a
+    chat completion: the prompt as one user message) streamed with usage, a speech request
+    (`job.api` "speech") its input as token ids and PCM back."""
     body = {"max_tokens": spec.max_tokens, "ignore_eos": True, "temperature": 0.0}
     if job.api == "speech":
         body |= {"input": spec.prompt, "response_format": "pcm"}
     else:
-        body |= {"prompt": spec.prompt, "stream": True, "stream_options": {"include_usage": True}}
+        prompt = {"prompt": spec.prompt}
+        if job.api == "chat":
+            prompt = {"messages": [{"role": "user", "content": spec.prompt}]}
+        body |= prompt | {"stream": True, "stream_options": {"include_usage": True}}
     if job.model is not None:
         body["model"] = job.model
     return msgspec.json.encode(body)
@@ -130,11 +148,15 @@ class Lanes:
         tick()
 
     async def _lane(self, endpoint: Endpoint, lane: int) -> None:
+        arrivals = self.job.arrivals
         intended = lane * self.job.ramp_s / self.job.concurrency  # when the lane is first free
         await asyncio.sleep(self.t0 + intended - time.perf_counter())
         conn = Lane(endpoint)
         try:
             while (index := self.take()) is not None:
+                if arrivals is not None:  # open loop: the request's own time, not the lane's
+                    intended = arrivals[index]
+                    await until_time(self.t0 + intended)
                 intended = await self._request(conn, index, intended)
         finally:
             conn.close()
@@ -148,7 +170,7 @@ class Lanes:
         headers = b"Content-Type: application/json\r\nX-Request-Id: %d\r\n" % index
         warmup = index < job.warmup
         rec = RequestRecord(
-            *self.slot, index, warmup, len(spec.prompt), spec.max_tokens, intended, 0.0
+            *self.slot, index, warmup, spec.prompt_tokens, spec.max_tokens, intended, 0.0
         )
         self.sent += 1
         if self.busy_s is None and self.sent - self.done == len(self.lanes):
@@ -156,7 +178,7 @@ class Lanes:
         rec.send_s = time.perf_counter() - t0
         reader = PcmReader(rec, t0) if job.api == "speech" else ResponseReader(rec, t0)
         try:
-            rec.status = await conn.post(data, headers, reader.feed, job.timeout_s)
+            rec.status = await conn.post(data, headers + job.headers, reader.feed, job.timeout_s)
             reader.finish()
         except asyncio.CancelledError:
             rec.status, rec.error = conn.last_status, "interrupted"
@@ -174,6 +196,18 @@ class Lanes:
             if rec.warmup:
                 self.warmup_done_s = max(self.warmup_done_s or 0.0, rec.end_s)
         return rec.end_s
+
+
+TIMER_SLACK_S = 0.0015  # event-loop timers fire up to a millisecond early (ms resolution)
+
+
+async def until_time(due: float) -> None:
+    """Return at perf_counter() `due`, neither early nor a timer tick late: a timer wakes the
+    lane shortly before, then it yields to the loop until the moment comes."""
+    if due - time.perf_counter() > TIMER_SLACK_S:
+        await asyncio.sleep(due - time.perf_counter() - TIMER_SLACK_S)
+    while time.perf_counter() < due:
+        await asyncio.sleep(0)
 
 
 async def every(interval_s: float, tick: Callable[[], None]) -> None:

@@ -1,16 +1,20 @@
-"""Closed-loop load generator: exactly C requests in flight; each completion sends the next.
+"""The load generator: closed loop (exactly C requests in flight; each completion sends the
+next) or open loop (each request sent at its arrival time, arrivals.py, at most C in flight).
 
-C lanes (coroutines, lanes.py) share one request sequence (request_sequence.py): a lane sends a
-request, reads its stream to the end, then takes the next index. The generator records raw
-client facts (`RequestRecord`, stamped with the slot it ran in) and the steady-state window,
-and computes no metric. Times are seconds on `time.perf_counter()` from the load's start
-(`LoadResult.t0_perf`; CLOCK_MONOTONIC on Linux, so other processes' clocks compare;
-`t0_unix` anchors it to wall time).
+C lanes (coroutines, lanes.py) share one request sequence (request_sequence.py): a lane takes
+the next index, sends it, reads its stream to the end, then takes the next. The generator
+records raw client facts (`RequestRecord`, stamped with the slot it ran in) and the
+steady-state window, and computes no metric. Times are seconds on `time.perf_counter()` from
+the load's start (`LoadResult.t0_perf`; CLOCK_MONOTONIC on Linux, so other processes' clocks
+compare; `t0_unix` anchors it to wall time).
 
-Steady window: from the later of (all C lanes busy, the last warmup request completed) to the
-first moment fewer than C requests are in flight (the first completion that finds the sequence
-exhausted: the drain begins) or the interruption, whichever comes first. Throughout it exactly C
-requests are in flight and none of them is a warmup request.
+Steady window, closed loop: from the later of (all C lanes busy, the last warmup request
+completed) to the first moment fewer than C requests are in flight (the first completion that
+finds the sequence exhausted: the drain begins) or the interruption, whichever comes first.
+Throughout it exactly C requests are in flight and none of them is a warmup request.
+Open loop: from the later of (the first measured request's arrival, the last warmup request
+completed) to the last request's arrival or the interruption: the arrivals keep their rate
+throughout it, and no warmup request is in flight.
 
 With `shards=N`, N processes each run an event loop over their share of the lanes, all taking
 indices from one shared counter (shards.py); their records and windows are merged.
@@ -24,18 +28,23 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from harness.analysis.schema import RequestRecord, Slot
+from harness.measure.arrivals import ArrivalSchedule
 from harness.measure.lanes import Job, Lanes, LaneSummary, Progress, until
-from harness.measure.request_sequence import RequestSequence, RequestSpec
+from harness.measure.request_sequence import PromptList, RequestSequence, RequestSpec
 from harness.measure.shards import run_sharded
 
 UNNAMED = Slot(arm="A", letter="A", server="A0", block=0, slot=0)
-ENDPOINTS = {"completions": "/v1/completions", "speech": "/v1/audio/speech"}
+ENDPOINTS = {
+    "completions": "/v1/completions",
+    "chat": "/v1/chat/completions",
+    "speech": "/v1/audio/speech",
+}
 
 
 @dataclass
 class LoadResult:
     records: list[RequestRecord]  # in sequence order
-    concurrency: int
+    concurrency: int  # lanes: requests in flight, or the open loop's cap
     shards: int
     t0_perf: float  # perf_counter() at time zero
     t0_unix: float  # wall time at time zero
@@ -45,7 +54,7 @@ class LoadResult:
     client_cpu_s: float  # CPU time of the client's process(es) during the load
 
 
-async def run_closed_loop(
+async def run_load(
     url: str,
     requests: Sequence[RequestSpec],
     concurrency: int,
@@ -60,11 +69,16 @@ async def run_closed_loop(
     send_for_s: float | None = None,
     request_timeout_s: float = 600.0,
     progress_interval_s: float = 0.25,
+    arrivals: ArrivalSchedule | None = None,
+    headers: dict[str, str] | None = None,
     api: str = "completions",
 ) -> LoadResult:
-    """Drive `url` (a base URL or the endpoint itself) with `requests`, C in flight; every
-    record carries `slot`'s columns. `api`: "completions" (/v1/completions, SSE tokens) or
-    "speech" (/v1/audio/speech, raw PCM: records carry the audio's arrival and bytes).
+    """Drive `url` (a base URL or the endpoint itself) with `requests`, C in flight (closed
+    loop), or each at its time in `arrivals` with at most C in flight (open loop); every record
+    carries `slot`'s columns. `api`: "completions" (/v1/completions, SSE tokens), "chat"
+    (/v1/chat/completions, each prompt as one user message) or "speech" (/v1/audio/speech, raw
+    PCM: records carry the audio's arrival and bytes). `headers` go with every request (e.g.
+    an Authorization header).
 
     The first `warmup` requests of the sequence are marked warmup. `on_progress` runs every
     `progress_interval_s`, never inside the per-token loop. Setting `stop_event` stops the load:
@@ -80,11 +94,22 @@ async def run_closed_loop(
     url = url.rstrip("/")
     path = ENDPOINTS[api]
     endpoint = url if url.endswith(path[path.rindex("/") :]) else url + path
-    requests = requests if isinstance(requests, RequestSequence) else list(requests)
+    requests = requests if isinstance(requests, RequestSequence | PromptList) else list(requests)
+    extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items()).encode()
     job = Job(
-        endpoint, model, requests, concurrency, warmup, slot, ramp_s, request_timeout_s,
-        send_for_s, api,
-    )  # fmt: skip
+        endpoint=endpoint,
+        model=model,
+        requests=requests,
+        concurrency=concurrency,
+        warmup=warmup,
+        slot=slot,
+        ramp_s=ramp_s,
+        timeout_s=request_timeout_s,
+        send_for_s=send_for_s,
+        arrivals=arrivals,
+        headers=extra,
+        api=api,
+    )
     stop_event = stop_event or asyncio.Event()
     shards = min(shards, concurrency)
     if shards > 1:
@@ -109,17 +134,24 @@ def _merge(
     job: Job, parts: list[LaneSummary], t0_perf: float, t0_unix: float, shards: int
 ) -> LoadResult:
     """One result from the lane groups' summaries: the window opens when every group is busy
-    and the last warmup request is done, and closes at the first drain or the stop."""
-    busy = [p.busy_s for p in parts]
-    start = None if None in busy else max(busy)
+    (open loop: at the first measured arrival) and the last warmup request is done, and closes
+    at the first drain (open loop: the last arrival) or the stop."""
+    records = sorted((r for p in parts for r in p.records), key=lambda r: r.index)
+    if job.arrivals is None:
+        busy = [p.busy_s for p in parts]
+        start = None if None in busy else max(busy)
+        drained = [p.drain_s for p in parts]
+    else:
+        sent = [r.intended_send_s for r in records if not r.warmup]
+        start = min(sent) if sent else None
+        drained = [max(sent)] if sent else []
     if job.warmup > 0 and start is not None:
         done = [p.warmup_done_s for p in parts if p.warmup_done_s is not None]
         start = max(start, *done) if done else None
-    ends = [s for p in parts for s in (p.drain_s, p.stopped_s) if s is not None]
+    ends = [s for s in (*drained, *(p.stopped_s for p in parts)) if s is not None]
     end = min(ends) if ends else None
     if start is None or end is None or start >= end:
         start = end = None
-    records = sorted((r for p in parts for r in p.records), key=lambda r: r.index)
     interrupted = any(p.stopped_s is not None for p in parts)
     cpu = sum(p.cpu_s for p in parts)
     return LoadResult(

@@ -19,7 +19,8 @@ from pathlib import Path
 
 from harness.analysis.nightly import NightlyResult, find_regressions, to_measure
 from harness.errors import BenchError
-from harness.measure.arms import REPO, git, resolve
+from harness.measure.arms import HARNESS_TREE as REPO
+from harness.measure.arms import git, resolve
 
 CONFIG = REPO / "asv.conf.json"
 
@@ -54,7 +55,7 @@ def record(commit: str, machine: str, config: Path = CONFIG) -> bool:
 
 def branch_commits(branch: str) -> list[str]:
     """The branch's first-parent history, oldest first."""
-    return git("rev-list", "--first-parent", "--reverse", branch).split()
+    return git("rev-list", "--first-parent", "--reverse", branch, cwd=REPO).split()
 
 
 def series(results_dir: Path, machine: str, commits: list[str]) -> dict[str, list[float | None]]:
@@ -88,7 +89,7 @@ def nightly(since: str | None, publish: bool, machine: str | None = None) -> Nig
         )
     commits = branch_commits(branch)
     measured = set(series_commits(results_dir, machine))
-    after = git("rev-list", f"{since}..{branch}").split() if since else None
+    after = git("rev-list", f"{since}..{branch}", cwd=REPO).split() if since else None
     todo = to_measure(commits, measured, after)
     failed = [commit for commit in todo if not record(commit, machine)]
     found = find_regressions(

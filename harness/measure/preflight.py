@@ -12,7 +12,7 @@ import msgspec
 
 from engine.config import Scenario
 from harness.errors import BenchError
-from harness.measure.request_sequence import RequestSequence, RequestSpec
+from harness.measure.request_sequence import PromptList, RequestSequence, RequestSpec
 from harness.measure.runner import RunPlan
 from harness.measure.server import model_card
 
@@ -24,26 +24,48 @@ def preflight(plan: RunPlan, engines: Mapping[str, Scenario | None]) -> None:
     resolved scenario by letter (None for a URL arm, whose server is asked instead)."""
     for letter, arm in sorted(plan.arms.items()):
         if arm.kind == "url":
-            card = model_card(arm.url)
+            card = model_card(arm.url, plan.headers)
             limit = (card or {}).get("max_model_len")
             if isinstance(limit, int) and limit > 0:
-                check_fits(plan.scenario, limit, f"arm {arm.name} ({arm.url})")
+                check_fits(plan.requests, limit, f"arm {arm.name} ({arm.url})")
         else:
             limit = engines[letter].engine.max_model_len
-            check_fits(plan.scenario, limit, f"arm {arm.name}'s engine.max_model_len")
+            check_fits(plan.requests, limit, f"arm {arm.name}'s engine.max_model_len")
     if plan.duration_s is None and len(plan.requests) <= WINDOW_CHECK_MAX:
-        check_window(plan.requests, plan.concurrency, plan.warmup)
+        loads = [plan.load(slot) for slot in range(len(plan.letters))]
+        closed = {load.concurrency for load in loads if load.arrivals is None}
+        for concurrency in sorted(closed):  # the open loop's window is its arrivals'
+            check_window(plan.requests, concurrency, plan.warmup)
 
 
-def check_fits(scenario: Scenario, max_model_len: int, where: str) -> None:
-    """The longest request of the load (prompt + output) within the engine's window."""
-    prompt, output = scenario.load.prompt_tokens[1], scenario.load.output_tokens[1]
+def check_fits(requests: Sequence[RequestSpec], max_model_len: int, where: str) -> None:
+    """The longest request of the load (prompt + output) within the engine's window. A text
+    prompt's tokens are the server's to count: only its output counts here."""
+    prompt, output = longest(requests)
     if prompt + output > max_model_len:
+        shorten = (
+            "the prompt file's requests or --output-len"
+            if isinstance(requests, PromptList)
+            else "the scenario's load.prompt_tokens or load.output_tokens (or --input-len,"
+            " --output-len)"
+        )
         raise BenchError(
             f"the load does not fit {where}: prompts up to {prompt} + outputs up to {output}"
-            f" tokens > {max_model_len}; shorten the scenario's load.prompt_tokens or"
-            " load.output_tokens, or raise engine.max_model_len"
+            f" tokens > {max_model_len}; shorten {shorten}, or raise engine.max_model_len"
         )
+
+
+def longest(requests: Sequence[RequestSpec]) -> tuple[int, int]:
+    """The prompt and output tokens of the load's longest request (random lengths: of the
+    longest each range allows)."""
+    if isinstance(requests, RequestSequence):
+        return requests.prompt_tokens[1], requests.output_tokens[1]
+    if isinstance(requests, PromptList):
+        entries = zip(requests.prompts, requests.output_tokens, strict=True)
+    else:
+        entries = ((r.prompt, r.max_tokens) for r in requests)
+    sizes = [(len(p) if isinstance(p, list) else 0, n) for p, n in entries]
+    return max(sizes, key=sum, default=(0, 0))
 
 
 def check_window(requests: Sequence[RequestSpec], concurrency: int, warmup: int) -> None:

@@ -1,4 +1,5 @@
-"""The schedule: for each slot, a fresh server, warmup, closed-loop load, drain, stop.
+"""The schedule: for each slot, a fresh server (or a running one at a URL), warmup, load
+(closed or open loop), drain, stop.
 
 Runs the slots block by block, alternating the order (A B B A then B A A B, or A B then
 B A: analysis.stats.schedule), collects every slot's request records and span records into
@@ -24,14 +25,15 @@ from dataclasses import asdict, dataclass
 
 from engine import env
 from engine.config import ConfigError, Scenario, scenario_source
-from harness.analysis.compare import Comparison
 from harness.analysis.schema import RequestRecord, ServerRecord, Slot
 from harness.analysis.stats import Rule
+from harness.analysis.summary import Summary
 from harness.errors import BenchError
 from harness.measure.arms import Arm
+from harness.measure.arrivals import ArrivalSchedule
 from harness.measure.event_loop import run_loop
 from harness.measure.lanes import Progress
-from harness.measure.loadgen import run_closed_loop
+from harness.measure.loadgen import run_load
 from harness.measure.request_sequence import RequestSpec
 from harness.measure.server import ServerProcess, exit_text, served_model
 from harness.measure.spans import SpanCollector
@@ -46,6 +48,25 @@ STALL_S = 120.0
 # A server whose requests failed and whose /health no longer answers 200 is given this long
 # to exit (the engine exits within 2 s of losing its worker) before it counts as alive.
 EXIT_WAIT_S = 3.0
+
+
+@dataclass(frozen=True)
+class SlotLoad:
+    """How one slot's load is driven: C lanes, closed loop or (with arrivals) open loop."""
+
+    concurrency: int  # requests in flight (closed loop) or their cap (open loop)
+    arrivals: ArrivalSchedule | None = None
+
+    def manifest(self) -> dict:
+        if self.arrivals is None:
+            return {"mode": "closed", "concurrency": self.concurrency}
+        a = self.arrivals
+        return {
+            "mode": "open",
+            "request_rate": a.rate,
+            "burstiness": a.burstiness,
+            "max_in_flight": self.concurrency,
+        }
 
 
 @dataclass(frozen=True)
@@ -64,18 +85,34 @@ class RunPlan:
     stall_s: float = STALL_S
     margin: float = Rule().margin  # "no change": the whole interval within +-margin
     untimed: tuple[str, ...] = ()  # letters whose servers run without phase timing
+    arrivals: ArrivalSchedule | None = None  # open loop at a rate; None: closed loop
+    headers: dict[str, str] | None = None  # sent with every request (and /v1/models)
+    chat: bool = False  # /v1/chat/completions instead of /v1/completions
+    points: list[SlotLoad] | None = None  # a sweep: each slot's own load
 
-    def manifest(self, run_id: str, command: str, measured: int, arms: list[dict]) -> dict:
+    @property
+    def api(self) -> str:
+        """The endpoint the load drives: the scenario's (completions or speech), or chat."""
+        return "chat" if self.chat else self.scenario.load.api
+
+    def load(self, slot: int) -> SlotLoad:
+        if self.points is not None:
+            return self.points[slot]
+        return SlotLoad(self.concurrency, self.arrivals)
+
+    def manifest(self, run_id: str, command: str, measured: int, arms: list[dict], **extra) -> dict:
         """manifest.json of the run (docs/RESULTS.md); `complete` until the schedule ends."""
         aa_check = self.arms["A"].same_code_as(self.arms["B"]) if "B" in self.arms else False
         return {
             "run_id": run_id,
             "command": command,
+            "unix_time": time.time(),
             "scenario": self.scenario.to_dict(),
             "arms": arms,
             "aa_check": aa_check,
             "schedule": self.letters,
             "concurrency": self.concurrency,
+            "load": self.load(0).manifest() | {"api": self.api},
             "requests": measured,
             "duration_s": self.duration_s,
             "warmup": self.warmup,
@@ -84,6 +121,7 @@ class RunPlan:
             "untimed": list(self.untimed),
             "machine": machine(),
             "complete": False,
+            **extra,
         }
 
 
@@ -125,14 +163,14 @@ class Tally:
 
 def run_schedule(
     plan: RunPlan, rundir: RunDir, show: Callable[[SlotStatus], None]
-) -> tuple[bool, Comparison]:
+) -> tuple[bool, Summary]:
     """Run every slot, say in the manifest whether the schedule finished, and summarise the
     run (summary.json). A BenchError (a server that cannot start, a write that fails) leaves it
     unsummarised. A finished run most of whose measured requests failed is no result: it is
     summarised (its report shows the failures), then raised as a BenchError."""
     complete, tally = execute(plan, rundir, show)
     rundir.update_manifest(complete=complete)
-    comparison = rundir.summarise()
+    summary = rundir.summarise()
     if complete and tally.mostly_failed:  # not the requests an interruption cut
         error = (
             f"{tally.failed} of {tally.requests} measured requests failed"
@@ -140,7 +178,7 @@ def run_schedule(
         )
         rundir.update_manifest(error=error)
         raise BenchError(error)
-    return complete, comparison
+    return complete, summary
 
 
 def execute(
@@ -182,7 +220,7 @@ def _run_slot(plan, rundir, collector, number, letter, show, stop, tally) -> Non
     records, spans = [], []
     try:
         if arm.kind == "url":
-            url, model = arm.url, served_model(arm.url)
+            url, model = arm.url, served_model(arm.url, plan.headers)
             record.healthy = True
         else:
             server = ServerProcess(
@@ -201,7 +239,7 @@ def _run_slot(plan, rundir, collector, number, letter, show, stop, tally) -> Non
             url, model = server.url, plan.scenario.name
         status.phase = "load"
         watch = Watch(server, plan.stall_s)
-        result = _drive(plan, url, model, slot, status, show, stop, watch)
+        result = _drive(plan, plan.load(number), url, model, slot, status, show, stop, watch)
         records = result.records
         record.t0_unix = result.t0_unix
         record.steady_start_s, record.steady_end_s = result.steady_start_s, result.steady_end_s
@@ -239,7 +277,7 @@ def _timing(plan: RunPlan, letter: str, collector: SpanCollector) -> dict[str, s
     return env.timing_environment(plan.period, span_addr=collector.address)
 
 
-def _drive(plan, url, model, slot, status, show, stop, watch):
+def _drive(plan, shape: SlotLoad, url, model, slot, status, show, stop, watch):
     async def load():
         event = asyncio.Event()
 
@@ -251,10 +289,10 @@ def _drive(plan, url, model, slot, status, show, stop, watch):
 
         stop.bind(asyncio.get_running_loop(), event)
         try:
-            return await run_closed_loop(
+            return await run_load(
                 url,
                 plan.requests,
-                plan.concurrency,
+                shape.concurrency,
                 plan.warmup,
                 slot,
                 on_progress,
@@ -262,7 +300,9 @@ def _drive(plan, url, model, slot, status, show, stop, watch):
                 model=model,
                 shards=plan.shards,
                 send_for_s=plan.duration_s,
-                api=plan.scenario.load.api,
+                arrivals=shape.arrivals,
+                headers=plan.headers,
+                api=plan.api,
             )
         finally:
             stop.bind(None, None)

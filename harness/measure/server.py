@@ -30,11 +30,13 @@ def free_port(host: str = "127.0.0.1") -> int:
         return sock.getsockname()[1]
 
 
-def model_card(url: str) -> dict | None:
+def model_card(url: str, headers: dict[str, str] | None = None) -> dict | None:
     """The first model an external OpenAI-compatible server lists at /v1/models (None if it
-    lists none): its `id`, and `max_model_len` where the server says it (vLLM, this engine)."""
+    lists none): its `id`, and `max_model_len` where the server says it (vLLM, this engine).
+    `headers` go with the request (a server behind auth)."""
+    request = urllib.request.Request(f"{url}/v1/models", headers=headers or {})
     try:
-        with urllib.request.urlopen(f"{url}/v1/models", timeout=10) as resp:
+        with urllib.request.urlopen(request, timeout=10) as resp:
             data = json.loads(resp.read()).get("data") or []
         card = data[0] if data else None
         if card is not None and not isinstance(card.get("id"), str):
@@ -44,9 +46,9 @@ def model_card(url: str) -> dict | None:
     return card
 
 
-def served_model(url: str) -> str | None:
+def served_model(url: str, headers: dict[str, str] | None = None) -> str | None:
     """The first model an external OpenAI-compatible server lists (None if it lists none)."""
-    card = model_card(url)
+    card = model_card(url, headers)
     return None if card is None else card["id"]
 
 

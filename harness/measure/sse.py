@@ -1,9 +1,11 @@
 """One streamed completion read as it arrives: SSE events counted into token arrival times.
 
 Every token of a piece gets the piece's arrival time; a non-200 body is kept for the error
-text. A content event carries one token, or len(token_ids) where the server lists them; the
-final usage.completion_tokens, when sent, becomes output_tokens (token_times_s keeps what was
-streamed, so the two can be compared). Nothing here computes a metric.
+text. A content event (a completion's `text` or a chat chunk's `delta.content`) carries one
+token, or len(token_ids) where the server lists them; the final usage.completion_tokens, when
+sent, becomes output_tokens (token_times_s keeps what was streamed, so the two can be
+compared), and usage.prompt_tokens the prompt's length where the client sent text. Nothing
+here computes a metric.
 """
 
 from __future__ import annotations
@@ -71,11 +73,15 @@ class ResponseReader(ReplyReader):
                 continue
             if event.error is not None:
                 rec.error = f"stream error: {event.error}"[:300]
-            if event.usage is not None and event.usage.completion_tokens is not None:
-                self.usage = event.usage.completion_tokens
+            if event.usage is not None:
+                if event.usage.completion_tokens is not None:
+                    self.usage = event.usage.completion_tokens
+                if event.usage.prompt_tokens and not rec.prompt_tokens:
+                    rec.prompt_tokens = event.usage.prompt_tokens
             if event.choices:
                 choice = event.choices[0]
-                n = len(choice.token_ids) if choice.token_ids else int(bool(choice.text))
+                text = choice.text or (choice.delta is not None and choice.delta.content)
+                n = len(choice.token_ids) if choice.token_ids else int(bool(text))
                 rec.token_times_s.extend([t] * n)
                 rec.finish_reason = choice.finish_reason or rec.finish_reason
 
@@ -88,14 +94,20 @@ class ResponseReader(ReplyReader):
             rec.error = "stream ended before [DONE]"
 
 
+class _Delta(msgspec.Struct):
+    content: str | None = None
+
+
 class _Choice(msgspec.Struct):
     text: str = ""
+    delta: _Delta | None = None  # a chat chunk's
     token_ids: list[int] | None = None
     finish_reason: str | None = None
 
 
 class _Usage(msgspec.Struct):
     completion_tokens: int | None = None
+    prompt_tokens: int | None = None
 
 
 class _Event(msgspec.Struct):

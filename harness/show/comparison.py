@@ -29,7 +29,7 @@ def render(result: Comparison) -> Group:
     figures.caption = caption(result)
     for f in result.figures:
         figures.add_row(
-            f"{f.label} ({f.unit})",
+            f.label if f.unit in f.label else f"{f.label} ({f.unit})",
             number(f.a),
             number(f.b),
             change_text(f.change),
@@ -43,13 +43,13 @@ def render(result: Comparison) -> Group:
     servers.add_row("failed requests", *(joined(f, str) for f in failed))
     parts: list = [figures, servers]
     if result.phases:
-        waits = ", ".join(result.postprocess_waits)
-        title = f"ms per worker iteration ({POSTPROCESS_WORK}: postprocess_batch less {waits})"
+        waits = ", ".join(w.removeprefix(WORKER) for w in result.postprocess_waits)
+        title = f"ms per worker iteration, {WORKER}* ({POSTPROCESS_WORK}: postprocess_batch less {waits})"
         phases = table(title, "phase", a, b, ci, "verdict")
         phases.caption = phase_caption(result)
         for p in result.phases:
             phases.add_row(
-                p.name,
+                p.name.removeprefix(WORKER),
                 number(p.a_ms),
                 number(p.b_ms),
                 change_text(p.change),
@@ -60,16 +60,21 @@ def render(result: Comparison) -> Group:
         messages = table("ms per request", "stage", a, b)
         messages.caption = MESSAGE_NOTE
         for m in result.messages:
-            messages.add_row(("  " if m.parent else "") + m.name, number(m.a_ms), number(m.b_ms))
+            name = ("  " if m.parent else "") + m.name.removeprefix(WORKER)
+            messages.add_row(name, number(m.a_ms), number(m.b_ms))
         parts.append(messages)
     parts += [f"[yellow]doubt:[/] {escape(d)}" for d in result.doubts]
     return Group(*parts)
 
 
+WORKER = "worker."  # every span's prefix: said once in the title, not on every row
+
+
 def table(title: str, first: str, *columns: str) -> Table:
-    """A table whose first column names the rows; numbers right, a verdict left."""
+    """A table whose first column names the rows, never cut (at 80 columns the figures wrap
+    instead); numbers right, a verdict left."""
     out = Table(title=title)
-    out.add_column(first)
+    out.add_column(first, no_wrap=True)
     for column in columns:
-        out.add_column(column, justify="left" if column == "verdict" else "right")
+        out.add_column(column, justify="left" if column == "verdict" else "right", overflow="fold")
     return out

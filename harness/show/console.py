@@ -9,10 +9,12 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from harness.errors import ExitCode
+
 _err = Console(stderr=True, highlight=False)
 
 
-def fail(message: str, code: int = 2) -> NoReturn:
+def fail(message: str, code: int = ExitCode.ERROR) -> NoReturn:
     _err.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
     raise typer.Exit(code)
 

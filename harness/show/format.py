@@ -34,7 +34,8 @@ def change_text(change: Change) -> str:
         return "-"
     if change.low is None:
         return f"{change.ratio - 1:+.1%} (no interval)"
-    return f"{change.ratio - 1:+.1%} ({change.low - 1:+.1%} .. {change.high - 1:+.1%})"
+    low = (change.low - 1) * 100  # compact, for 80 columns: +4.5% (-7.5..+18.0%)
+    return f"{change.ratio - 1:+.1%} ({low:+.1f}..{change.high - 1:+.1%})"
 
 
 def verdict_text(change: Change) -> str:

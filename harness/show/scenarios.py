@@ -6,7 +6,8 @@ from rich.table import Table
 
 
 def render(rows: list[dict]) -> Table:
-    table = Table("scenario", "size", "device", "prompt", "output", "requests", "headline")
+    table = Table("scenario", "size", "device", "prompt", "output", "requests")
+    table.add_column("headline", overflow="fold")  # a figure's name: folded, never cut
     for r in rows:
         size = r["size"] + (" (default here)" if r["default"] else "")
         prompt, output = ("{}-{}".format(*r[k]) for k in ("prompt_tokens", "output_tokens"))

@@ -21,6 +21,7 @@ from harness.analysis.power_stats import PLANTED, POWER
 from harness.analysis.schema import LETTERS
 from harness.analysis.stats import BETWEEN_RUNS, FASTER, NO_CHANGE, NO_VERDICT, ONE_BLOCK, SLOWER
 from harness.show.format import MESSAGE_NOTE, caption, number, phase_caption
+from harness.show.measurement import load_text
 from harness.show.report.blocks import Block, Bullets, Heading, Image, Text
 from harness.show.report.evidence import Evidence
 from harness.show.report.tables import (
@@ -127,9 +128,10 @@ def setup(evidence: Evidence) -> str:
     )
     measured = sum(s.requests for s in c.servers)
     failed = sum(s.failed for s in c.servers)
+    driven = load_text(m.get("load") or {"concurrency": m.get("concurrency", "?")})
     return (
-        f"{device}; {scenario.get('name', '?')} {scenario.get('size', '')}, closed loop "
-        f"at c={m.get('concurrency', '?')}; schedule {schedule(m, c)}; {per_arm} servers "
+        f"{device}; {scenario.get('name', '?')} {scenario.get('size', '')}, {driven}; "
+        f"schedule {schedule(m, c)}; {per_arm} servers "
         f"(A / B), each {load} + {m.get('warmup', '?')} warmup requests; "
         f"{measured:,} measured requests, {failed:,} failed."
     )

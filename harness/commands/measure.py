@@ -1,0 +1,56 @@
+"""`bench measure TARGET`: one server (a scenario's fresh engine, or a URL), no comparison."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from engine.config import ConfigError
+from harness.commands import schedule as s
+from harness.commands import workload as w
+from harness.commands.report import report_run
+from harness.errors import BenchError, ExitCode
+from harness.show.console import fail, notes
+from harness.show.measurement import render
+
+
+@w.with_load_options()
+def main(
+    target: str = typer.Argument(..., help="A scenario (a fresh engine) or a server's URL."),
+    slo_attainment: float = typer.Option(
+        0.99, min=0.0, max=1.0, help="Share of requests that must meet --goodput, else exit 1."
+    ),
+    scenario: str = s.URL_SCENARIO,
+    size: str | None = s.SIZE,
+    period: int = s.PERIOD,
+    shards: int = s.SHARDS,
+    out: Path | None = s.OUT,
+    overwrite: bool = s.OVERWRITE,
+    stall_timeout: float = s.STALL_TIMEOUT,
+    report: bool = typer.Option(False, "--report", help="Write report.md too."),
+    as_json: bool = s.AS_JSON,
+    load_options: dict | None = None,
+) -> None:
+    """Measure one target: figures, goodput, phases; exit 1 when an SLO (--goodput) is missed.
+
+    Exit 4 when its server failed, 2 on an error, 3 on a crash, 130 when interrupted."""
+    console = notes()
+    try:
+        resolved, arm = s.target_arm(target, scenario, size)
+        engines = s.arm_scenarios([arm], resolved)
+        load = w.workload(resolved, s.vocab(resolved), **load_options)
+    except (ConfigError, BenchError) as exc:
+        fail(str(exc))
+    if not s.is_url(target) and resolved.size_reason != "asked for":
+        console.print(f"size [bold]{resolved.size}[/] ({resolved.size_reason})")
+    plan = load.plan(resolved, {"A": arm}, ["A"], 1, period, shards, stall_s=stall_timeout)
+    manifest = {"kind": "measure", "goodput": load.slos_ms, "slo_attainment": slo_attainment}
+    rundir, complete, result = s.execute(
+        plan, engines, console, out, overwrite, load.measured, **manifest
+    )
+    if report:
+        console.print(f"report: {report_run(rundir.path)}")
+    s.conclude(console, rundir, complete, result, render(result), as_json)
+    if result.slo_missed:
+        raise typer.Exit(ExitCode.SLOWER)

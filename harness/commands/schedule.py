@@ -1,0 +1,139 @@
+"""Running a plan for `bench run`, `bench measure` and `bench sweep`: the arms' scenarios, the
+pre-flight, the run directory and its manifest, progress, the schedule, a failure said in one
+line, and how the run ends (exit codes: docs/RELIABILITY.md). Not a command."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from engine.config import Scenario, load_scenario
+from harness.analysis.compare import Comparison
+from harness.analysis.summary import Summary
+from harness.errors import BenchError, ExitCode
+from harness.measure.arms import Arm, resolve
+from harness.measure.preflight import preflight
+from harness.measure.runner import STALL_S, RunPlan, run_schedule
+from harness.results import RunDir, new_run_id, new_run_path
+from harness.show.console import fail, output
+from harness.show.progress import RunProgress
+
+# the options bench run, measure and sweep declare alike (their load's: workload.py)
+SIZE = typer.Option(None, help="Model size (default: by machine).")
+PERIOD = typer.Option(100, min=1, help="Span window in worker iterations.")
+SHARDS = typer.Option(1, min=1, help="Client processes for the load.")
+OUT = typer.Option(None, help="Run directory (default results/<run-id> under this directory).")
+OVERWRITE = typer.Option(False, "--overwrite", help="Replace the run already in --out.")
+STALL_TIMEOUT = typer.Option(
+    STALL_S, min=1, help="Seconds without a finished request before a server has stalled."
+)
+AS_JSON = typer.Option(False, "--json", help="Print the summary as JSON.")
+URL_SCENARIO = typer.Option("qwen35", help="For a URL: the scenario whose load to send.")
+
+
+def execute(
+    plan: RunPlan,
+    engines: dict[str, Scenario | None],
+    console: Console,
+    out: Path | None,
+    overwrite: bool,
+    measured: int,
+    **manifest,
+) -> tuple[RunDir, bool, Summary]:
+    """Check the plan (`preflight`), then run it into `out` (default results/<run-id> under
+    the current directory): the run directory, whether the schedule finished, and the run's
+    summary. `engines` holds each arm's scenario by letter (`arm_scenarios`)."""
+    arms = [arm_manifest(arm, engines[letter]) for letter, arm in sorted(plan.arms.items())]
+    command = " ".join(redacted(sys.argv))
+    try:
+        preflight(plan, engines)  # before any server starts, or any file is written
+        rundir = RunDir.fresh(out, overwrite) if out else RunDir(new_run_path(plan.scenario.name))
+        run_id = new_run_id(plan.scenario.name) if out else rundir.path.name
+        rundir.write_manifest(plan.manifest(run_id, command, measured, arms, **manifest))
+    except BenchError as exc:
+        fail(str(exc))
+    try:
+        with RunProgress(console, len(plan.letters), measured + plan.warmup) as progress:
+            complete, summary = run_schedule(plan, rundir, progress.show)
+    except BenchError as exc:
+        if "error" not in rundir.manifest:  # a failed write has recorded its own
+            rundir.update_manifest(error=str(exc))
+        fail(f"{exc} (partial results in {rundir.path})")
+    return rundir, complete, summary
+
+
+def conclude(
+    console: Console, rundir: RunDir, complete: bool, summary: Summary, shown, as_json: bool
+) -> None:
+    """Print the summary (JSON, or `shown`, its tables) and where it lies; exit 130 when the
+    schedule was cut short, 4 when a server failed during it (its slot left out). The caller
+    then says whether the figures fail the run (exit 1)."""
+    if as_json:
+        print(json.dumps(summary.to_json(), indent=2))
+    else:
+        output().print(shown)
+        console.print(f"results: {rundir.path}")
+    if not complete:
+        console.print("[yellow]interrupted: the results above cover what was measured[/]")
+        raise typer.Exit(ExitCode.INTERRUPTED)
+    failed = rundir.manifest.get("failed_servers")
+    if failed:
+        of = "the comparison" if isinstance(summary, Comparison) else "the figures"
+        console.print(f"[yellow]failed and left out of {of}: {', '.join(failed)}[/]")
+        raise typer.Exit(ExitCode.SERVER_FAILED)  # not a verdict on the whole schedule
+
+
+def redacted(argv: list[str]) -> list[str]:
+    """The command line with --header values hidden (they may carry credentials)."""
+    out = list(argv)
+    for i, word in enumerate(out):
+        if word.startswith("--header="):
+            out[i] = "--header=" + word.split("=", 1)[1].split(":", 1)[0] + ":***"
+        elif word == "--header" and i + 1 < len(out):
+            out[i + 1] = out[i + 1].split(":", 1)[0] + ":***"
+    return out
+
+
+def is_url(target: str) -> bool:
+    return target.startswith(("http://", "https://"))
+
+
+def target_arm(target: str, scenario: str, size: str | None) -> tuple[Scenario, Arm]:
+    """`bench measure`'s and `bench sweep`'s TARGET as arm A: a scenario (a fresh engine of
+    this tree) or a URL, driven with `scenario`'s load."""
+    resolved = load_scenario(scenario if is_url(target) else target, size)
+    return resolved, resolve("A", target, target if is_url(target) else "worktree")
+
+
+def arm_scenarios(arms: list[Arm], scenario: Scenario) -> dict[str, Scenario | None]:
+    """The scenario each arm's servers run, its overrides applied, by letter (None for a URL
+    arm). A load override is refused: every arm must see the same requests."""
+    for arm in arms:
+        if any(key.startswith("load.") for key in arm.overrides):
+            raise BenchError(
+                f"arm {arm.name} overrides the load; both arms must see the same requests"
+            )
+    return {
+        arm.letter: None
+        if arm.kind == "url"
+        else load_scenario(scenario.source, scenario.size, arm.overrides)
+        for arm in arms
+    }
+
+
+def arm_manifest(arm: Arm, scenario: Scenario | None) -> dict:
+    """The arm as resolved, with the scenario its servers run (scenarios/<letter>.yaml)."""
+    if scenario is None:
+        return {**arm.manifest(), "scenario": None, "scenario_file": None}
+    file = f"scenarios/{arm.letter}.yaml"
+    return {**arm.manifest(), "scenario": scenario.to_dict(), "scenario_file": file}
+
+
+def vocab(scenario: Scenario) -> int:
+    from engine.models import vocab_size
+
+    return vocab_size(scenario.model)
