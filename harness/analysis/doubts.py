@@ -36,8 +36,9 @@ def comparison_doubts(
             doubts.append(f"{failed} failed requests in arm {letter}: see status/error in requests")
     for s in servers.itertuples(index=False):
         where = f"server {s.letter} block {s.block} slot {s.slot}"
-        if not s.healthy or s.error:
-            doubts.append(f"{where}: {s.error or 'never healthy'}; see {s.log}")
+        error = s.error if isinstance(s.error, str) and s.error else None  # NaN: a table
+        if not s.healthy or error:  # that mixes failed and healthy slots fills the others
+            doubts.append(f"{where}: {error or 'never healthy'}; see {s.log}")
         if pd.isna(s.steady_start_s) or pd.isna(s.steady_end_s):
             doubts.append(f"{where}: no steady window, so no steady tok/s")
     untimed = per_server["output_tokens"] - per_server["timed_tokens"]
