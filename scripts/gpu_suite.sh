@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every GPU test and benchmark of the project, for one `device` run (see docs/BENCHMARKS.md):
-#   bash scripts/gpu_suite.sh STAGE...     STAGE: tests | quick | step | prefill | run | all
+#   bash scripts/gpu_suite.sh STAGE...  STAGE: tests | quick | step | prefill | run | evidence | orpheus | all
 # with carry [".whl", ".jitcache"]. Logs go under $OUT (default ./gpu-out). JIT caches
 # (FlashInfer, Triton) are restored from .jitcache/ when present and saved to $OUT/jit-*.
 set -uo pipefail
@@ -54,22 +54,28 @@ for stage in "${stages[@]}"; do
         ${RUN_ARGS:---requests 320 --warmup 64 --arm eager=engine.cuda_graphs=false --arm graphs=engine.cuda_graphs=true} \
         --out /tmp/run-c64 2>&1 | tee "$OUT/bench_run.log"
       cp /tmp/run-c64/summary.json "$OUT/run_c64_summary.json" 2>/dev/null ;;
-    evidence)  # EVIDENCE="name:engine.key ..." each an ABBA comparison key=false (A) vs true
-      # (B), 3 blocks, report; one tarball back per comparison. A comparison starts only
-      # while EVIDENCE_UNTIL (seconds since this stage began, default 300) has not passed.
+    evidence)  # EVIDENCE="name:engine.key[:A:B] ..." each an ABBA comparison key=A (arm
+      # "off", default false) vs key=B ("on", default true), 3 blocks, report; one tarball
+      # back per comparison. A comparison starts only while EVIDENCE_UNTIL (seconds since
+      # this stage began, default 300) has not passed.
       began=$SECONDS
       for spec in ${EVIDENCE:-graphs:engine.cuda_graphs}; do
-        name=${spec%%:*}; key=${spec#*:}
+        IFS=: read -r name key a b <<< "$spec"; a=${a:-false}; b=${b:-true}
         if (( SECONDS - began > ${EVIDENCE_UNTIL:-300} )); then echo "skipped $name"; continue; fi
         echo "== $name ($key) at $((SECONDS - began)) s"
         timeout ${EVIDENCE_TIMEOUT:-330} python3 -m harness run qwen35 -c 64 --abba --blocks 3 \
           --report ${EVIDENCE_LOAD:---requests 128 --warmup 32} --out /tmp/ev-$name \
-          --arm "off=$key=false" --arm "on=$key=true" > /tmp/ev-$name.log 2>&1
+          --arm "off=$key=$a" --arm "on=$key=$b" > /tmp/ev-$name.log 2>&1
         echo "exit $? after $((SECONDS - began)) s" | tee -a /tmp/ev-$name.log
         python3 scripts/run_counts.py /tmp/ev-$name >> /tmp/ev-$name.log 2>&1
         head -n 30 /tmp/ev-$name.log
         mkdir -p /tmp/ev-$name && mv /tmp/ev-$name.log /tmp/ev-$name/bench_run.log
         tar -C /tmp -c -z -f "$OUT/ev-$name.tgz" --exclude='*.parquet' "ev-$name"
+      done ;;
+    orpheus)  # the Orpheus GPU figures (size 3b): audio-seconds/s at c=32 and c=64
+      for c in 32 64; do
+        timeout 280 python3 -m harness run orpheus -c $c --abba --requests $((2 * c)) \
+          --warmup 16 --out /tmp/orpheus-c$c 2>&1 | head -n 40 | tee -a "$OUT/orpheus.log"
       done ;;
   esac
 done
