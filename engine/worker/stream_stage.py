@@ -15,9 +15,11 @@ The stage is generic over a windowed node: it reads the node's `window_tokens`, 
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 import numpy as np
+import torch
 from torch import nn
 
 from engine.messages import AddRequest, TokenFrame
@@ -65,6 +67,11 @@ class StreamStage:
         self.walk = node.graph.walks[0]
         self.spans = NodeSpans.of(node.graph.node)
         self.streams: dict[int, Stream] = {}
+        # On CUDA the stage decodes on a stream of its own: its inputs come from the host, so
+        # it waits for nothing of the previous node, and the blocking copy of its PCM back
+        # waits for its own work alone, not for the step the overlapped loop launched.
+        device = next(network.parameters()).device
+        self.cuda_stream = torch.cuda.Stream(device) if device.type == "cuda" else None
 
     # --- requests ------------------------------------------------------------------------
     def add_request(self, msg: AddRequest) -> None:
@@ -129,7 +136,8 @@ class StreamStage:
         window, hop = self.node.window_tokens, self.node.hop_tokens
         index = np.array([s.windows for s in ready], dtype=np.int64)
         windows = np.array([s.tokens[s.windows * hop : s.windows * hop + window] for s in ready])
-        pcm = self.node.decode(self.network, windows)
+        with torch.cuda.stream(self.cuda_stream) if self.cuda_stream else nullcontext():
+            pcm = self.node.decode(self.network, windows)
         out = StepOutput(
             rids=np.array([s.rid for s in ready], dtype=np.int64),
             handles=np.array([s.handle for s in ready], dtype=np.int64),
