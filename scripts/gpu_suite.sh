@@ -63,6 +63,7 @@ for stage in "${stages[@]}"; do
         IFS=: read -r name key a b <<< "$spec"; a=${a:-false}; b=${b:-true}
         if (( SECONDS - began > ${EVIDENCE_UNTIL:-300} )); then echo "skipped $name"; continue; fi
         echo "== $name ($key) at $((SECONDS - began)) s"
+        rm -rf "/tmp/ev-$name" "/tmp/ev-$name.log"  # a run directory must be new or empty
         timeout ${EVIDENCE_TIMEOUT:-330} python3 -m harness run qwen35 -c 64 --abba --blocks 3 \
           --report ${EVIDENCE_LOAD:---requests 128 --warmup 32} --out /tmp/ev-$name \
           --arm "off=$key=$a" --arm "on=$key=$b" > /tmp/ev-$name.log 2>&1
