@@ -73,8 +73,9 @@ class StepInputs:
         """The step's ForwardBatch; with `pad_to`, a decode step padded to that many rows;
         with `pad_tokens_to`, the token fields padded to that many tokens (the piecewise
         runner's token bucket: padding tokens have id 0, position 0 and store no K/V, and
-        belong to no row). `feed_index` maps the rid of a row whose input token the host does not have yet to
-        that token's index in the in-flight step's output (see ForwardBatch.gather_fed_tokens)."""
+        belong to no row). `feed_index` maps the rid of a row whose input token the host
+        does not have yet to that token's index in the in-flight step's output (see
+        ForwardBatch.gather_fed_tokens)."""
         page_size = cache.page_size
         real = len(rows)
         pad = (pad_to or real) - real
@@ -112,11 +113,9 @@ class StepInputs:
             extra = pad_tokens_to - len(ids)
             if extra < 0:
                 raise ValueError(f"{len(ids)} tokens do not fit a bucket of {pad_tokens_to}")
-            ids, positions, token_row, feed = (
-                np.pad(a, (0, extra)) for a in (ids, positions, token_row, feed + 1)
-            )
-            feed -= 1  # padded with -1: the host has every padding token
-            slots = np.pad(slots, (0, extra), constant_values=-1)
+            ids, positions, token_row = (np.pad(a, (0, extra)) for a in (ids, positions, token_row))
+            # no K/V stored; the host has every padding token (nothing fed from the device)
+            slots, feed = (np.pad(a, (0, extra), constant_values=-1) for a in (slots, feed))
         parts = {
             "input_ids": ids,
             "positions": positions,
