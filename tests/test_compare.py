@@ -248,3 +248,26 @@ def test_a_speech_load_is_compared_on_its_audio():
     assert audio.change.verdict == tok_s.change.verdict == SLOWER and result.regression
     assert {f.figure for f in result.figures} >= {"ttfa_p50_ms", "rtf_p99", "e2e_p50_ms"}
     assert "output_tok_per_s" not in {f.figure for f in result.figures}
+
+
+def test_steady_windows_too_short_for_a_whole_request_say_so():
+    """No request sent and ended inside any steady window: the latency rows have no samples
+    (not enough data), and a doubt says why and what to do, while throughput stands."""
+    requests, spans, servers, _ = run(seed=7)
+    servers["steady_end_s"] = servers["steady_start_s"] + 0.05  # a request takes 0.08 s
+    result = compare(requests, spans, servers, LABELS)
+    assert row(result, "ttft_p50_ms").a is None or math.isnan(row(result, "ttft_p50_ms").a)
+    assert any(
+        "no request was both sent and ended inside a steady window" in d for d in result.doubts
+    )
+    assert not math.isnan(row(result, "output_tok_per_s").a)
+
+
+def test_a_missing_error_beside_a_failed_server_is_no_error():
+    """An error column of NaN (a table mixing failed and healthy slots) names no error."""
+    requests, spans, servers, _ = run(seed=8)
+    servers["error"] = pd.Series(np.nan, index=servers.index, dtype=object)
+    servers.loc[2, ["healthy", "error"]] = [False, "interrupted"]
+    result = compare(requests, spans, servers, LABELS)
+    assert any("slot 2: interrupted" in d for d in result.doubts)
+    assert not any(": nan" in d for d in result.doubts)

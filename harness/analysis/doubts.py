@@ -41,6 +41,16 @@ def comparison_doubts(
             doubts.append(f"{where}: {error or 'never healthy'}; see {s.log}")
         if pd.isna(s.steady_start_s) or pd.isna(s.steady_end_s):
             doubts.append(f"{where}: no steady window, so no steady tok/s")
+    first = next((c for c in ("ttft_p50_ms", "ttfa_p50_ms") if c in per_server.columns), None)
+    windowed = servers["steady_start_s"].notna() & servers["steady_end_s"].notna()
+    keys = servers.loc[windowed, ["block", "slot"]]
+    latency = per_server.merge(keys, on=["block", "slot"])[first] if first else []
+    if len(latency) and latency.isna().all():
+        doubts.append(
+            "no request was both sent and ended inside a steady window, so the steady "
+            "latency percentiles (TTFT, TPOT, E2E) have no samples: give more --requests "
+            "(a steady window several requests long)"
+        )
     untimed = per_server["output_tokens"] - per_server["timed_tokens"]
     if (untimed > 0).any():
         doubts.append(
