@@ -153,15 +153,13 @@ def test_08b_decode_graph_replay_equals_eager_for_every_bucket():
     tensors = [*cache.k, *cache.v, *cache.conv_state, *cache.ssm_state]
     saved = [t.clone() for t in tensors]
     for count in (1, 3, 8, 20, 33, 64):
-        for t, s in zip(tensors, saved, strict=True):
-            t.copy_(s)
+        _restore(tensors, saved)
         with torch.inference_mode():
             batch = engine.inputs.stage(rows[:count], cache, engine.ops)
             engine.ops.begin_step(batch)
             eager = model(batch, cache)
         eager_states = [t.clone() for t in cache.ssm_state]
-        for t, s in zip(tensors, saved, strict=True):
-            t.copy_(s)
+        _restore(tensors, saved)
         step = engine.graphs.replay(rows[:count])
         graph = step.logits[:count]
         torch.cuda.synchronize()
