@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Every GPU test and benchmark of the project, for one `device` run (see docs/BENCHMARKS.md):
-#   bash scripts/gpu_suite.sh STAGE...  STAGE: tests | quick | step | prefill | run | evidence | orpheus | all
+#   bash scripts/gpu_suite.sh STAGE...  STAGE: tests | quick | step | prefill | gdn | run | evidence |
+#   orpheus | all
 # with carry [".whl", ".jitcache"]. Logs go under $OUT (default ./gpu-out). JIT caches
 # (FlashInfer, Triton) are restored from .jitcache/ when present and saved to $OUT/jit-*.
 set -uo pipefail
@@ -49,6 +50,13 @@ for stage in "${stages[@]}"; do
       for f in /tmp/profile_*; do  # one file back: the prefill tables' heads
         echo "== $f" >> "$OUT/prefill_profiles.txt"; head -n 36 "$f" >> "$OUT/prefill_profiles.txt"
       done; rm -f /tmp/profile_* ;;
+    gdn)  # our chunked Gated DeltaNet kernel: its tests, then a prefill step on it (profiled)
+      timeout 300 python3 -m pytest -m gpu -q -rA tests/test_gpu_kernels.py tests/test_gpu.py \
+        -k "gated_deltanet or orpheus" 2>&1 | tee "$OUT/gpu_tests.log"
+      timeout 120 python3 -m benchmarks.bench_gpu_step --batch 64 --context 512 --steps 20 \
+        --graphs --piecewise ${GDN_MODE:-} --gdn-prefill triton --prefill 1x384 4x256 \
+        --profile /tmp/profile_gdn 2>&1 | grep -E "step,|Error|error" | tee -a "$OUT/bench_step.log"
+      cat /tmp/profile_gdn.prefill_* > "$OUT/gdn_profiles.txt" ;;
     run)  # one bench run; RUN_ARGS replaces the default arms (graphs off vs on)
       timeout 560 python3 -m harness run qwen35 -c 64 --abba \
         ${RUN_ARGS:---requests 320 --warmup 64 --arm eager=engine.cuda_graphs=false --arm graphs=engine.cuda_graphs=true} \

@@ -303,12 +303,15 @@ def test_tiny_orpheus_on_cuda_equals_the_cpu_reference(overlap):
     """The Llama node through CudaOps (packed projections, Triton norms, the rope and
     attention references in fp32), the logit mask's offsets copied without blocking, and the
     codec on the GPU: the same audio tokens as the CPU worker and the same PCM but for float
-    rounding, in the strict and the overlapped loop."""
+    rounding, in the strict and the overlapped loop. cuDNN's convolutions run in TF32 unless
+    told not to (torch's default): with it, the H200 gave PCM up to 57 of 32,768 off (TF32's
+    10-bit mantissa), so the comparison turns it off to hold the codec to fp32."""
     import numpy as np
 
     lengths = [28, 35, 41, 56]
     cpu_tokens, cpu_pcm = _orpheus_on("cpu", False, lengths)
-    cuda_tokens, cuda_pcm = _orpheus_on("cuda", overlap, lengths)
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
+        cuda_tokens, cuda_pcm = _orpheus_on("cuda", overlap, lengths)
     assert cuda_tokens == cpu_tokens
     for rid in cpu_pcm:
         want = np.frombuffer(cpu_pcm[rid], dtype="<i2").astype(np.int32)
@@ -316,14 +319,23 @@ def test_tiny_orpheus_on_cuda_equals_the_cpu_reference(overlap):
         assert got.shape == want.shape and np.abs(got - want).max(initial=0) <= 2, rid
 
 
-def test_08b_prefill_on_our_gated_deltanet_kernel_equals_fla():
+def test_08b_prefill_on_our_gated_deltanet_kernel_is_as_close_to_fp32_as_fla():
     """`engine.gdn_prefill=triton` (our chunked kernel) against fla's on the same 0.8b bf16
-    prefill of mixed lengths: first-token logits to bf16 noise, greedy choices equal."""
-    model = build_model("qwen35", "0.8b", 0, "bfloat16", "cuda")
+    prefill of mixed lengths, both held to the fp32 model (the truth) as in
+    test_08b_bf16_kernels_are_as_close_to_fp32_as_the_bf16_reference: ours no further from it
+    than 1.5x fla's error plus 0.05 per row. Greedy choices are printed, not asserted: the H200
+    gave bf16 errors near 1 on logits of std ~3, where near-ties among 248k random-weight
+    logits flip either way (a first version asserting them failed on all 3 rows while its
+    mean |ours - fla| was 0.18)."""
     prompts = [[(11 * i + j) % 240_000 + 1 for j in range(n)] for i, n in enumerate([5, 77, 300])]
+    truth = _prefill_logits(build_model("qwen35", "0.8b", 0, "float32", "cuda"), prompts, "torch")
+    model = build_model("qwen35", "0.8b", 0, "bfloat16", "cuda")
     fla = _prefill_logits(model, prompts, "cuda", gdn_prefill="fla")
     ours = _prefill_logits(model, prompts, "cuda", gdn_prefill="triton")
-    diff = (ours - fla).abs()
-    print("max", diff.max().item(), "mean", diff.mean().item())
-    assert diff.mean().item() < 0.1 * fla.abs().mean().item()
-    assert torch.equal(ours.argmax(-1), fla.argmax(-1))
+    fla_err = (fla - truth).abs().amax(-1)
+    ours_err = (ours - truth).abs().amax(-1)
+    print("max |logit error| per row: fla", fla_err.tolist(), "ours", ours_err.tolist())
+    print("greedy equal to fp32: fla", (fla.argmax(-1) == truth.argmax(-1)).tolist(),
+          "ours", (ours.argmax(-1) == truth.argmax(-1)).tolist())  # fmt: skip
+    assert torch.isfinite(ours).all()
+    assert (ours_err <= 1.5 * fla_err + 0.05).all(), (ours_err, fla_err)

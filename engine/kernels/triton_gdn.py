@@ -10,8 +10,9 @@ slot index: no gather of a batch's states, no scatter back.
 - `gated_delta_chunked`: the same rule a chunk of C tokens at a time (the WY form of
   engine/layers/gated_delta.py's `torch_gated_delta_rule_chunked`), one launch per layer
   whatever the rows: per (row, value head, value block) a loop over the row's chunks, each a
-  few tile products and a C-step forward substitution, the state carried in registers from
-  chunk to chunk. The grid depends on the row count alone, so a prefill step pays one
+  few tile products, the triangular solve among them by blocks (7 substitution steps on the
+  8x8 diagonal blocks at once, then log2(C/8) block doublings), the state carried in
+  registers from chunk to chunk. The grid depends on the row count alone, so a prefill step pays one
   launch where flash-linear-attention's chunked kernel pays about nine and its wrappers.
 
 Layouts follow the torch reference (engine/layers/gated_delta.py): conv state
@@ -161,6 +162,7 @@ def _gdn_chunked_kernel(
     QKV, A, B, A_LOG, DT_BIAS, STATE, OUT, CU, CACHED, SLOTS,
     stride_t, stride_ab, HK, HV, scale,
     DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr, C: tl.constexpr,
+    LEVELS: tl.constexpr,
 ):  # fmt: skip
     row, h, vb = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     start = tl.load(CU + row)
@@ -204,9 +206,28 @@ def _gdn_chunked_kernel(
         # (I + L) U = beta v - (beta k exp(cum)) S, L = below(beta_t k_t.k_s exp(cum_t - cum_s))
         lower = tl.where(below, tl.dot(k_beta, tl.trans(k)) * decay, 0.0)
         u = v * beta[:, None] - tl.dot(k_beta * tl.exp(cum)[:, None], state)
-        for i in range(1, C):  # forward substitution, row i from the rows above it
-            li = tl.sum(tl.where(ci[:, None] == i, lower, 0.0), axis=0)
-            u = tl.where(ci[:, None] == i, u - tl.sum(li[:, None] * u, axis=0)[None, :], u)
+        # U = (I + L)^-1 u, the inverse built by blocks (stable, unlike a Neumann product,
+        # whose powers of L grow and cancel when keys align): the 8x8 diagonal blocks by
+        # substitution, step j settling row j of every block at once, then blocks doubled,
+        # [[A, 0], [M, B]]^-1 = [[A^-1, 0], [-B^-1 M A^-1, B^-1]]. Steps past the chunk's
+        # live tokens are skipped (a decode row's single token: none).
+        count = tl.minimum(end - c0, C)  # the chunk's live tokens
+        inverse = tl.where(ci[:, None] == ci[None, :], 1.0, 0.0)
+        eye = inverse
+        diagonal = tl.where((ci // 8)[:, None] == (ci // 8)[None, :], lower, 0.0)
+        for j in range(1, tl.minimum(count, 8)):
+            settled = eye - tl.dot(diagonal, inverse, input_precision="ieee")
+            inverse = tl.where((ci % 8 == j)[:, None], settled, inverse)
+        for level in tl.static_range(LEVELS):
+            size: tl.constexpr = 8 << level
+            if count > size:
+                pair = (ci // (2 * size))[:, None] == (ci // (2 * size))[None, :]
+                half = (ci // size) % 2
+                off = tl.where(pair & (half[:, None] == 1) & (half[None, :] == 0), lower, 0.0)
+                inverse -= tl.dot(
+                    tl.dot(inverse, off, input_precision="ieee"), inverse, input_precision="ieee"
+                )
+        u = tl.dot(inverse, u, input_precision="ieee")
         out = tl.dot(q * tl.exp(cum)[:, None], state)
         out += tl.dot(tl.dot(q, tl.trans(k)) * decay, u)
         optr = OUT + (t[:, None] * HV + h) * DV + vd[None, :]
@@ -218,8 +239,12 @@ def _gdn_chunked_kernel(
 def gated_delta_chunked(
     qkv, a, b, A_log, dt_bias, ssm_state, meta, k_heads, k_dim, v_dim, chunk: int = 32
 ):
-    """`gated_delta_recurrent`'s contract, a chunk at a time (one launch for every row)."""
+    """`gated_delta_recurrent`'s contract, a chunk at a time (one launch for every row); `chunk`
+    a power of two, 16 or more."""
+    levels = chunk.bit_length() - 4  # doublings from the 8x8 blocks to the chunk
+    if chunk < 16 or chunk & (chunk - 1):
+        raise ValueError(f"chunk must be a power of two >= 16, got {chunk}")
     return _launch(
         _gdn_chunked_kernel, qkv, a, b, A_log, dt_bias, ssm_state, meta, k_heads, k_dim, v_dim,
-        C=chunk,
+        C=chunk, LEVELS=levels,
     )  # fmt: skip
