@@ -51,7 +51,7 @@ class EngineConfig:
     # The Gated DeltaNet kernel of bf16/fp16 prefill and mixed steps on the CUDA kernels:
     # "fla" (flash-linear-attention's chunked kernel, ~9 launches a layer) or "triton" (ours,
     # engine/kernels/triton_gdn.py, one launch a layer).
-    gdn_prefill: str = "fla"
+    gdn_prefill: str = "triton"
     # Prefill and mixed steps (and decode steps past the largest decode bucket) replay CUDA
     # graphs of the token-wise pieces between the attention and Gated DeltaNet ops, captured
     # per token bucket (engine/worker/piecewise.py); same requirements as cuda_graphs.

@@ -52,7 +52,7 @@ for stage in "${stages[@]}"; do
       done; rm -f /tmp/profile_* ;;
     gdn)  # our chunked Gated DeltaNet kernel: its tests, then a prefill step on it (profiled)
       timeout 300 python3 -m pytest -m gpu -q -rA tests/test_gpu_kernels.py tests/test_gpu.py \
-        -k "gated_deltanet or orpheus" 2>&1 | tee "$OUT/gpu_tests.log"
+        -k "${GDN_TESTS:-gated_deltanet or orpheus}" 2>&1 | tee "$OUT/gpu_tests.log"
       timeout 120 python3 -m benchmarks.bench_gpu_step --batch 64 --context 512 --steps 20 \
         --graphs --piecewise ${GDN_MODE:-} --gdn-prefill triton --prefill 1x384 4x256 \
         --profile /tmp/profile_gdn 2>&1 | grep -E "step,|Error|error" | tee -a "$OUT/bench_step.log"

@@ -219,7 +219,7 @@ def _gdn_chunked_kernel(
             settled = eye - tl.dot(diagonal, inverse, input_precision="ieee")
             inverse = tl.where((ci % 8 == j)[:, None], settled, inverse)
         for level in tl.static_range(LEVELS):
-            size: tl.constexpr = 8 << level
+            size = 8 << level
             if count > size:
                 pair = (ci // (2 * size))[:, None] == (ci // (2 * size))[None, :]
                 half = (ci // size) % 2
