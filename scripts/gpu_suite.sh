@@ -57,8 +57,8 @@ for stage in "${stages[@]}"; do
         --graphs --piecewise ${GDN_MODE:-} --gdn-prefill triton --prefill 1x384 4x256 \
         --profile /tmp/profile_gdn 2>&1 | grep -E "step,|Error|error" | tee -a "$OUT/bench_step.log"
       cat /tmp/profile_gdn.prefill_* > "$OUT/gdn_profiles.txt" ;;
-    run)  # one bench run; RUN_ARGS replaces the default arms (graphs off vs on)
-      timeout 560 python3 -m harness run qwen35 -c 64 --abba \
+    run)  # one bench run at RUN_C (default 64); RUN_ARGS replaces the default arms (graphs off vs on)
+      timeout 560 python3 -m harness run qwen35 -c ${RUN_C:-64} --abba \
         ${RUN_ARGS:---requests 320 --warmup 64 --arm eager=engine.cuda_graphs=false --arm graphs=engine.cuda_graphs=true} \
         --out /tmp/run-c64 2>&1 | tee "$OUT/bench_run.log"
       cp /tmp/run-c64/summary.json "$OUT/run_c64_summary.json" 2>/dev/null ;;
