@@ -7,9 +7,9 @@
   the torch reference attention, since FlashInfer has no fp32 kernels.
 - Gated DeltaNet: the conv and, for decode steps and fp32, the recurrence run on our Triton
   kernels in place on the state pool (triton_gdn.py); bf16/fp16 prefill and mixed steps run
-  flash-linear-attention's chunked kernel over every row at once (varlen), states gathered
-  from and written back to the pool once per layer, or with `gdn_prefill="triton"` our own
-  chunked kernel, in place, one launch a layer.
+  our chunked kernel, in place, one launch a layer (`gdn_prefill="triton"`, the default), or
+  flash-linear-attention's over every row at once (varlen, `"fla"`), states gathered from and
+  written back to the pool once per layer.
 - Sampling: FlashInfer (gpu_sampler.py).
 """
 
@@ -47,7 +47,7 @@ class CudaOps:
         device: torch.device,
         page_size: int,
         slots: int = 2,
-        gdn_prefill: str = "fla",
+        gdn_prefill: str = "triton",
     ):
         self.device = device
         self.gdn_prefill = gdn_prefill
@@ -73,7 +73,7 @@ class CudaOps:
             if hasattr(module, "gate_proj") and hasattr(module, "up_proj"):
                 self._register(module.gate_proj, module.up_proj)
         self.reads_page_table = self.attention_backend is None  # the reference attention does
-        self._chunked = False  # this step's Gated DeltaNet runs fla's chunked kernel
+        self._chunked = False  # this step's Gated DeltaNet runs a chunked kernel
         self._step = None  # (slots, keep, cu_seqlens, cu_seqlens on the host) of that step
 
     def _register(self, *linears: nn.Linear) -> None:
