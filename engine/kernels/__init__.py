@@ -35,7 +35,7 @@ def build_ops(
     device: torch.device,
     page_size: int,
     slots: int = 2,
-    gdn_prefill: str = "fla",
+    gdn_prefill: str = "triton",
 ):
     """The ops object a step's ForwardBatch carries for `model` on `device`; `slots` host
     buffers for the resources that declare `force_double_buffer`; `gdn_prefill` names the
