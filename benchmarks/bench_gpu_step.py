@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 
 from engine.config import load_scenario
+from engine.kernels import GDN_PREFILL
 from engine.messages import AddRequest
 from engine.models import build_model
 from engine.worker.engine import Engine
@@ -69,7 +70,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--graphs", action=argparse.BooleanOptionalAction, default=False)
     parser.add_argument("--piecewise", action=argparse.BooleanOptionalAction, default=False)
     parser.add_argument("--mixing", action=argparse.BooleanOptionalAction, default=False)
-    parser.add_argument("--gdn-prefill", default="fla", choices=["fla", "triton"])
+    parser.add_argument("--gdn-prefill", default="triton", choices=list(GDN_PREFILL))
     parser.add_argument("--prefill", nargs="*", default=[], metavar="RxL")
     parser.add_argument("--profile", default=None, help="write a profiler table here")
     args = parser.parse_args(argv)

@@ -42,6 +42,7 @@ class ForwardBatch:
     last_index: torch.Tensor | None = None  # [R] int32, staged last_token_index
     host: HostLayout | None = None
     feed_index: torch.Tensor | None = None  # [T] int32, -1 or an index into the fed tokens
+    gdn_chunks: tuple | None = None  # (chunk, tables) of the split GDN kernel, its 1st layer's
 
     def __post_init__(self) -> None:
         if (

@@ -319,8 +319,9 @@ def test_tiny_orpheus_on_cuda_equals_the_cpu_reference(overlap):
         assert got.shape == want.shape and np.abs(got - want).max(initial=0) <= 2, rid
 
 
-def test_08b_prefill_on_our_gated_deltanet_kernel_is_as_close_to_fp32_as_fla():
-    """`engine.gdn_prefill=triton` (our chunked kernel) against fla's on the same 0.8b bf16
+@pytest.mark.parametrize("kernel", ["triton", "triton_split"])
+def test_08b_prefill_on_our_gated_deltanet_kernel_is_as_close_to_fp32_as_fla(kernel):
+    """`engine.gdn_prefill=triton|triton_split` (our chunked kernels) against fla's on the same 0.8b bf16
     prefill of mixed lengths, both held to the fp32 model (the truth) as in
     test_08b_bf16_kernels_are_as_close_to_fp32_as_the_bf16_reference: ours no further from it
     than 1.5x fla's error plus 0.05 per row. Greedy choices are printed, not asserted: the H200
@@ -331,7 +332,7 @@ def test_08b_prefill_on_our_gated_deltanet_kernel_is_as_close_to_fp32_as_fla():
     truth = _prefill_logits(build_model("qwen35", "0.8b", 0, "float32", "cuda"), prompts, "torch")
     model = build_model("qwen35", "0.8b", 0, "bfloat16", "cuda")
     fla = _prefill_logits(model, prompts, "cuda", gdn_prefill="fla")
-    ours = _prefill_logits(model, prompts, "cuda", gdn_prefill="triton")
+    ours = _prefill_logits(model, prompts, "cuda", gdn_prefill=kernel)
     fla_err = (fla - truth).abs().amax(-1)
     ours_err = (ours - truth).abs().amax(-1)
     print("max |logit error| per row: fla", fla_err.tolist(), "ours", ours_err.tolist())

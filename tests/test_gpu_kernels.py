@@ -110,7 +110,7 @@ def _gdn_layer(dtype, heads=16, dim=128):
     return layer.to(CUDA, dtype)
 
 
-@pytest.mark.parametrize("gdn_prefill", ["fla", "triton"])
+@pytest.mark.parametrize("gdn_prefill", ["fla", "triton", "triton_split"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_gated_deltanet_prefill_then_decode_equals_the_reference(dtype, gdn_prefill):
     """Prefill rows of mixed lengths (one continuing a chunked prefill), then two decode steps

@@ -32,7 +32,8 @@ lengths, cached, slots = [1, 5, 33, 70], [0, 3, 0, 7], [3, 0, 5, 2]
 T = sum(lengths)
 cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
 meta = SimpleNamespace(
-    num_rows=len(lengths), cu_seqlens=cu, cached=torch.tensor(cached, dtype=torch.int32),
+    num_rows=len(lengths), num_new=lengths, cu_seqlens=cu,
+    cached=torch.tensor(cached, dtype=torch.int32),
     state_slots=torch.tensor(slots, dtype=torch.int32),
 )
 report = {}
@@ -58,6 +59,7 @@ for regime, (lo, hi), shared in (("fast", (0, 2.7), 0.0), ("slow", (-7, -5), 1.0
       want[s:e], want_state[slots[r]] = o[0], final[0]
   runs = [("recurrent", triton_gdn.gated_delta_recurrent, {})]
   runs += [(f"chunked{c}", triton_gdn.gated_delta_chunked, {"chunk": c}) for c in (16, 32, 64)]
+  runs += [(f"split{c}", triton_gdn.gated_delta_chunked_split, {"chunk": c}) for c in (16, 32, 64)]
   for name, kernel, kw in runs:
       state = state0.clone()
       out = kernel(qkv, a, b, A_log, dt_bias, state, meta, HK, DK, DV, **kw)
@@ -79,7 +81,7 @@ def test_gated_deltanet_kernels_in_the_interpreter_equal_the_reference():
     )
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
-    kernels = {"recurrent", "chunked16", "chunked32", "chunked64"}
+    kernels = {"recurrent"} | {f"{k}{c}" for k in ("chunked", "split") for c in (16, 32, 64)}
     assert set(report) == {f"{r}-{k}" for r in ("fast", "slow") for k in kernels}
     for name, result in report.items():
         assert result["out"] < 1e-5 and result["state"] < 1e-5, (name, result)

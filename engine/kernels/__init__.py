@@ -16,7 +16,7 @@ from engine.config import ConfigError
 from engine.kernels.torch_ops import TORCH_OPS
 
 BACKENDS = ("auto", "torch", "cuda")
-GDN_PREFILL = ("fla", "triton")  # the CUDA backend's Gated DeltaNet kernel for prefill steps
+GDN_PREFILL = ("fla", "triton", "triton_split")  # the Gated DeltaNet kernel of prefill steps
 
 
 def resolve_backend(name: str, device: torch.device) -> str:

@@ -8,8 +8,9 @@
 - Gated DeltaNet: the conv and, for decode steps and fp32, the recurrence run on our Triton
   kernels in place on the state pool (triton_gdn.py); bf16/fp16 prefill and mixed steps run
   our chunked kernel, in place, one launch a layer (`gdn_prefill="triton"`, the default), or
-  flash-linear-attention's over every row at once (varlen, `"fla"`), states gathered from and
-  written back to the pool once per layer.
+  in three launches with a short serial part (`"triton_split"`), or flash-linear-attention's
+  over every row at once (varlen, `"fla"`), states gathered from and written back to the pool
+  once per layer.
 - Sampling: FlashInfer (gpu_sampler.py).
 """
 
@@ -25,6 +26,11 @@ from engine.layers.attention import Attention, GatedAttention, torch_paged_atten
 from engine.layers.gated_delta import GatedDeltaNet, gdn_gates
 from engine.layers.norm import GatedRMSNorm, RMSNorm
 from engine.layers.rotary import apply_rotary
+
+_CHUNKED = {
+    "triton": triton_gdn.gated_delta_chunked,
+    "triton_split": triton_gdn.gated_delta_chunked_split,
+}
 
 
 def _pack(linears: tuple[nn.Linear, ...]) -> torch.Tensor:
@@ -123,12 +129,10 @@ class CudaOps:
     def linear_attention(self, layer: GatedDeltaNet, mixed, a, b, conv_state, ssm_state, batch):
         weight = layer.conv1d.weight[:, 0, :]
         qkv = triton_gdn.causal_conv(mixed, weight, conv_state, batch)
-        if not self._chunked or self.gdn_prefill == "triton":
-            kernel = (
-                triton_gdn.gated_delta_chunked
-                if self._chunked
-                else triton_gdn.gated_delta_recurrent
-            )
+        if not self._chunked or self.gdn_prefill != "fla":
+            kernel = triton_gdn.gated_delta_recurrent
+            if self._chunked:
+                kernel = _CHUNKED[self.gdn_prefill]
             return kernel(
                 qkv, a, b, layer.A_log, layer.dt_bias, ssm_state, batch,
                 layer.k_heads, layer.k_dim, layer.v_dim,

@@ -207,26 +207,9 @@ def _gdn_chunked_kernel(
         lower = tl.where(below, tl.dot(k_beta, tl.trans(k)) * decay, 0.0)
         u = v * beta[:, None] - tl.dot(k_beta * tl.exp(cum)[:, None], state)
         # U = (I + L)^-1 u, the inverse built by blocks (stable, unlike a Neumann product,
-        # whose powers of L grow and cancel when keys align): the 8x8 diagonal blocks by
-        # substitution, step j settling row j of every block at once, then blocks doubled,
-        # [[A, 0], [M, B]]^-1 = [[A^-1, 0], [-B^-1 M A^-1, B^-1]]. Steps past the chunk's
-        # live tokens are skipped (a decode row's single token: none).
-        count = tl.minimum(end - c0, C)  # the chunk's live tokens
-        inverse = tl.where(ci[:, None] == ci[None, :], 1.0, 0.0)
-        eye = inverse
-        diagonal = tl.where((ci // 8)[:, None] == (ci // 8)[None, :], lower, 0.0)
-        for j in range(1, tl.minimum(count, 8)):
-            settled = eye - tl.dot(diagonal, inverse, input_precision="ieee")
-            inverse = tl.where((ci % 8 == j)[:, None], settled, inverse)
-        for level in tl.static_range(LEVELS):
-            size = 8 << level
-            if count > size:
-                pair = (ci // (2 * size))[:, None] == (ci // (2 * size))[None, :]
-                half = (ci // size) % 2
-                off = tl.where(pair & (half[:, None] == 1) & (half[None, :] == 0), lower, 0.0)
-                inverse -= tl.dot(
-                    tl.dot(inverse, off, input_precision="ieee"), inverse, input_precision="ieee"
-                )
+        # whose powers of L grow and cancel when keys align); steps past the chunk's live
+        # tokens are skipped (a decode row's single token: none).
+        inverse = _unit_lower_inverse(lower, tl.minimum(end - c0, C), C, LEVELS)
         u = tl.dot(inverse, u, input_precision="ieee")
         out = tl.dot(q * tl.exp(cum)[:, None], state)
         out += tl.dot(tl.dot(q, tl.trans(k)) * decay, u)
@@ -248,3 +231,219 @@ def gated_delta_chunked(
         _gdn_chunked_kernel, qkv, a, b, A_log, dt_bias, ssm_state, meta, k_heads, k_dim, v_dim,
         C=chunk, LEVELS=levels,
     )  # fmt: skip
+
+
+# The chunked rule split in three launches, as flash-linear-attention splits it: the chunks'
+# factors in parallel, a short serial pass over the states, the outputs in parallel. Per chunk
+# of C tokens, with T = (I + L)^-1 (see `_gdn_chunked_kernel`):
+#   W = T (beta k e^G), U = T (beta v)          (prepare: every chunk at once)
+#   V' = U - W S, S <- S e^G_last + K'^T V'     (states: chunk after chunk, two products)
+#   O = (q e^G) S + (q k^T * decay) V'         (outputs: every chunk at once)
+# where K' = k e^(G_last - G) and S is the state before the chunk. The serial chain of a
+# long row is two tile products a chunk instead of the whole chunk's work.
+
+
+@triton.jit
+def _chunk_gates_and_keys(
+    QKV, A, B, A_LOG, DT_BIAS, h, hk, t, live, stride_t, stride_ab, HK,
+    DK: tl.constexpr,
+):  # fmt: skip
+    """A chunk's l2-normed keys [C, DK] and its gates: cum (log decay from the chunk's start),
+    beta; tokens that are not live give k = 0, g = beta = 0."""
+    kd = tl.arange(0, DK)
+    k = tl.load(QKV + t[:, None] * stride_t + (HK + hk) * DK + kd[None, :], mask=live[:, None],
+                other=0.0).to(tl.float32)  # fmt: skip
+    k = k / tl.sqrt(tl.sum(k * k, axis=1) + 1e-6)[:, None]
+    a = tl.load(A + t * stride_ab + h, mask=live, other=0.0).to(tl.float32)
+    a += tl.load(DT_BIAS + h).to(tl.float32)
+    softplus = tl.where(a > 20.0, a, tl.log(1.0 + tl.exp(tl.minimum(a, 20.0))))
+    g = tl.where(live, -tl.exp(tl.load(A_LOG + h).to(tl.float32)) * softplus, 0.0)
+    b = tl.load(B + t * stride_ab + h, mask=live, other=0.0).to(tl.float32)
+    beta = tl.where(live, 1.0 / (1.0 + tl.exp(-b)), 0.0)
+    return k, tl.cumsum(g, axis=0), beta
+
+
+@triton.jit
+def _gdn_prepare_kernel(
+    QKV, A, B, A_LOG, DT_BIAS, CHUNK_ROW, CHUNK_START, CU, W, U, KD, G,
+    stride_t, stride_ab, HK, HV,
+    DK: tl.constexpr, DV: tl.constexpr, C: tl.constexpr, LEVELS: tl.constexpr,
+):  # fmt: skip
+    chunk, h = tl.program_id(0), tl.program_id(1)
+    c0 = tl.load(CHUNK_START + chunk)
+    end = tl.load(CU + tl.load(CHUNK_ROW + chunk) + 1)
+    hk = h // (HV // HK)
+    ci = tl.arange(0, C)
+    kd = tl.arange(0, DK)
+    vd = tl.arange(0, DV)
+    t = c0 + ci
+    live = t < end
+    k, cum, beta = _chunk_gates_and_keys(
+        QKV, A, B, A_LOG, DT_BIAS, h, hk, t, live, stride_t, stride_ab, HK, DK
+    )
+    v = tl.load(QKV + t[:, None] * stride_t + 2 * HK * DK + h * DV + vd[None, :],
+                mask=live[:, None], other=0.0).to(tl.float32)  # fmt: skip
+    below = ci[:, None] > ci[None, :]
+    causal = ci[:, None] >= ci[None, :]
+    decay = tl.where(causal, tl.exp(tl.where(causal, cum[:, None] - cum[None, :], 0.0)), 0.0)
+    k_beta = k * beta[:, None]
+    lower = tl.where(below, tl.dot(k_beta, tl.trans(k), input_precision="ieee") * decay, 0.0)
+    inverse = _unit_lower_inverse(lower, tl.minimum(end - c0, C), C, LEVELS)
+    w = tl.dot(inverse, k_beta * tl.exp(cum)[:, None], input_precision="ieee")
+    u = tl.dot(inverse, v * beta[:, None], input_precision="ieee")
+    last = tl.min(tl.where(live, cum, 0.0), axis=0)  # cum falls: its value at the last token
+    rows = (t[:, None] * HV + h).to(tl.int64)
+    tl.store(W + rows * DK + kd[None, :], w, mask=live[:, None])
+    tl.store(KD + rows * DK + kd[None, :], k * tl.exp(last - cum)[:, None], mask=live[:, None])
+    tl.store(U + rows * DV + vd[None, :], u, mask=live[:, None])
+    tl.store(G + t * HV + h, cum, mask=live)
+
+
+@triton.jit
+def _unit_lower_inverse(lower, count, C: tl.constexpr, LEVELS: tl.constexpr):
+    """(I + lower)^-1 for a strictly lower [C, C] tile zero past its first `count` rows and
+    columns: `_gdn_chunked_kernel`'s solve by blocks (8x8 by substitution, then doublings)."""
+    ci = tl.arange(0, C)
+    eye = tl.where(ci[:, None] == ci[None, :], 1.0, 0.0)
+    inverse = eye
+    diagonal = tl.where((ci // 8)[:, None] == (ci // 8)[None, :], lower, 0.0)
+    for j in range(1, tl.minimum(count, 8)):
+        settled = eye - tl.dot(diagonal, inverse, input_precision="ieee")
+        inverse = tl.where((ci % 8 == j)[:, None], settled, inverse)
+    for level in tl.static_range(LEVELS):
+        size = 8 << level
+        if count > size:
+            pair = (ci // (2 * size))[:, None] == (ci // (2 * size))[None, :]
+            half = (ci // size) % 2
+            off = tl.where(pair & (half[:, None] == 1) & (half[None, :] == 0), lower, 0.0)
+            inverse -= tl.dot(
+                tl.dot(inverse, off, input_precision="ieee"), inverse, input_precision="ieee"
+            )
+    return inverse
+
+
+@triton.jit
+def _gdn_states_kernel(
+    W, U, KD, G, STATE, H, CU, CACHED, SLOTS, FIRST_CHUNK, HV,
+    DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr, C: tl.constexpr,
+):  # fmt: skip
+    row, h, vb = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    start = tl.load(CU + row)
+    end = tl.load(CU + row + 1)
+    keep = tl.load(CACHED + row) > 0
+    slot = tl.load(SLOTS + row).to(tl.int64)
+    first = tl.load(FIRST_CHUNK + row)
+    ci = tl.arange(0, C)
+    kd = tl.arange(0, DK)
+    vd = vb * BV + tl.arange(0, BV)
+    vmask = vd < DV
+    sptr = STATE + ((slot * HV + h) * DK + kd[:, None]) * DV + vd[None, :]
+    state = tl.load(sptr, mask=vmask[None, :] & keep, other=0.0)  # [DK, BV]
+    for c0 in range(start, end, C):
+        chunk = (first + (c0 - start) // C).to(tl.int64)
+        tl.store(H + ((chunk * HV + h) * DK + kd[:, None]) * DV + vd[None, :], state,
+                 mask=vmask[None, :])  # fmt: skip
+        t = c0 + ci
+        live = t < end
+        rows = (t[:, None] * HV + h).to(tl.int64)
+        w = tl.load(W + rows * DK + kd[None, :], mask=live[:, None], other=0.0)
+        k_decayed = tl.load(KD + rows * DK + kd[None, :], mask=live[:, None], other=0.0)
+        uptr = U + rows * DV + vd[None, :]
+        u = tl.load(uptr, mask=live[:, None] & vmask[None, :], other=0.0)
+        last = tl.min(tl.load(G + t * HV + h, mask=live, other=0.0), axis=0)
+        new_v = u - tl.dot(w, state, input_precision="ieee")
+        tl.store(uptr, new_v, mask=live[:, None] & vmask[None, :])
+        state = state * tl.exp(last) + tl.dot(tl.trans(k_decayed), new_v, input_precision="ieee")
+    tl.store(sptr, state, mask=vmask[None, :])
+
+
+@triton.jit
+def _gdn_outputs_kernel(
+    QKV, A, B, A_LOG, DT_BIAS, CHUNK_ROW, CHUNK_START, CU, U, H, OUT,
+    stride_t, stride_ab, HK, HV, scale,
+    DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr, C: tl.constexpr,
+):  # fmt: skip
+    chunk, h, vb = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    c0 = tl.load(CHUNK_START + chunk)
+    end = tl.load(CU + tl.load(CHUNK_ROW + chunk) + 1)
+    hk = h // (HV // HK)
+    ci = tl.arange(0, C)
+    kd = tl.arange(0, DK)
+    vd = vb * BV + tl.arange(0, BV)
+    vmask = vd < DV
+    t = c0 + ci
+    live = t < end
+    k, cum, _ = _chunk_gates_and_keys(
+        QKV, A, B, A_LOG, DT_BIAS, h, hk, t, live, stride_t, stride_ab, HK, DK
+    )
+    q = tl.load(QKV + t[:, None] * stride_t + hk * DK + kd[None, :], mask=live[:, None],
+                other=0.0).to(tl.float32)  # fmt: skip
+    q = q / tl.sqrt(tl.sum(q * q, axis=1) + 1e-6)[:, None] * scale
+    causal = ci[:, None] >= ci[None, :]
+    decay = tl.where(causal, tl.exp(tl.where(causal, cum[:, None] - cum[None, :], 0.0)), 0.0)
+    chunk64 = chunk.to(tl.int64)
+    state = tl.load(H + ((chunk64 * HV + h) * DK + kd[:, None]) * DV + vd[None, :],
+                    mask=vmask[None, :], other=0.0)  # fmt: skip
+    rows = (t[:, None] * HV + h).to(tl.int64)
+    new_v = tl.load(U + rows * DV + vd[None, :], mask=live[:, None] & vmask[None, :], other=0.0)
+    out = tl.dot(q * tl.exp(cum)[:, None], state)
+    out += tl.dot(tl.dot(q, tl.trans(k)) * decay, new_v)
+    optr = OUT + (t[:, None] * HV + h) * DV + vd[None, :]
+    tl.store(optr, out.to(OUT.dtype.element_ty), mask=live[:, None] & vmask[None, :])
+
+
+def _chunk_tables(meta, chunk: int):
+    """The step's chunks of `chunk` tokens, built once a step (the first layer) and kept on
+    `meta`: their count (from the host's row lengths), and on the device each chunk's row and
+    first token, and each row's first chunk."""
+    kept = getattr(meta, "gdn_chunks", None)
+    if kept is not None and kept[0] == chunk:
+        return kept[1]
+    count = sum(-(-n // chunk) for n in meta.num_new)
+    cu = meta.cu_seqlens
+    per_row = (cu[1:] - cu[:-1] + chunk - 1) // chunk
+    first = torch.cumsum(per_row, 0) - per_row
+    rows = torch.arange(len(per_row), device=cu.device)
+    chunk_row = torch.repeat_interleave(rows, per_row, output_size=count)
+    within = torch.arange(count, device=cu.device) - first[chunk_row]
+    chunk_start = cu[chunk_row] + within * chunk
+    tables = (count, chunk_row.to(torch.int32), chunk_start.to(torch.int32), first.to(torch.int32))
+    meta.gdn_chunks = (chunk, tables)
+    return tables
+
+
+def gated_delta_chunked_split(
+    qkv, a, b, A_log, dt_bias, ssm_state, meta, k_heads, k_dim, v_dim, chunk: int = 32
+):
+    """`gated_delta_chunked`'s contract in three launches (prepare, states, outputs), whose
+    serial part is two tile products a chunk; `meta` also needs `num_new` (host row lengths).
+    Scratch: fp32 W, K', U [T, Hv, K|V] and the state before each chunk [chunks, Hv, K, V]."""
+    tokens = qkv.shape[0]
+    v_heads = a.shape[1]
+    out = torch.empty((tokens, v_heads, v_dim), dtype=qkv.dtype, device=qkv.device)
+    if not tokens:
+        return out
+    if chunk < 16 or chunk & (chunk - 1):
+        raise ValueError(f"chunk must be a power of two >= 16, got {chunk}")
+    count, chunk_row, chunk_start, first = _chunk_tables(meta, chunk)
+    device = qkv.device
+    w = torch.empty((tokens, v_heads, k_dim), dtype=torch.float32, device=device)
+    k_decayed = torch.empty_like(w)
+    u = torch.empty((tokens, v_heads, v_dim), dtype=torch.float32, device=device)
+    g = torch.empty((tokens, v_heads), dtype=torch.float32, device=device)
+    h = torch.empty((count, v_heads, k_dim, v_dim), dtype=torch.float32, device=device)
+    bv = min(32, triton.next_power_of_2(v_dim))
+    common = dict(DK=k_dim, DV=v_dim, C=chunk)
+    _gdn_prepare_kernel[(count, v_heads)](
+        qkv, a, b, A_log, dt_bias, chunk_row, chunk_start, meta.cu_seqlens, w, u, k_decayed, g,
+        qkv.stride(0), a.stride(0), k_heads, v_heads, LEVELS=chunk.bit_length() - 4, **common,
+    )  # fmt: skip
+    _gdn_states_kernel[(meta.num_rows, v_heads, triton.cdiv(v_dim, bv))](
+        w, u, k_decayed, g, ssm_state, h, meta.cu_seqlens, meta.cached, meta.state_slots, first,
+        v_heads, BV=bv, **common,
+    )  # fmt: skip
+    _gdn_outputs_kernel[(count, v_heads, triton.cdiv(v_dim, bv))](
+        qkv, a, b, A_log, dt_bias, chunk_row, chunk_start, meta.cu_seqlens, u, h, out,
+        qkv.stride(0), a.stride(0), k_heads, v_heads, k_dim**-0.5, BV=bv, **common,
+    )  # fmt: skip
+    return out
