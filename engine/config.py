@@ -49,9 +49,13 @@ class EngineConfig:
     # needs the CUDA kernels with FlashInfer attention (bf16/fp16). Off: every step eager.
     cuda_graphs: bool = True
     # The Gated DeltaNet kernel of bf16/fp16 prefill and mixed steps on the CUDA kernels:
-    # "fla" (flash-linear-attention's chunked kernel, ~9 launches a layer) or "triton" (ours,
-    # engine/kernels/triton_gdn.py, one launch a layer).
+    # "triton" (ours, engine/kernels/triton_gdn.py, one launch a layer), "triton_split" (ours
+    # in three launches, a short serial part) or "fla" (flash-linear-attention's chunked
+    # kernel, ~9 launches a layer).
     gdn_prefill: str = "triton"
+    # FlashInfer's decode attention on tensor cores (its prefill kernel run for one query a
+    # row), which FlashInfer advises for grouped-query heads of 4 or more (0.8b: 8 over 2).
+    decode_tensor_cores: bool = False
     # Prefill and mixed steps (and decode steps past the largest decode bucket) replay CUDA
     # graphs of the token-wise pieces between the attention and Gated DeltaNet ops, captured
     # per token bucket (engine/worker/piecewise.py); same requirements as cuda_graphs.

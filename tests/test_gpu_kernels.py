@@ -144,10 +144,14 @@ def test_gated_deltanet_prefill_then_decode_equals_the_reference(dtype, gdn_pref
             torch.testing.assert_close(got_pool.float(), want_pool.float(), atol=tol, rtol=tol)
 
 
-def test_flashinfer_attention_prefill_and_decode_equal_the_reference():
+@pytest.mark.parametrize("tensor_cores", [False, True], ids=["cuda_cores", "tensor_cores"])
+def test_flashinfer_attention_prefill_and_decode_equal_the_reference(tensor_cores):
+    """A prefill then two decode steps on FlashInfer against the torch paged attention; the
+    decode steps on its CUDA-core kernel or its tensor-core one (`decode_tensor_cores`)."""
     dtype, ps, q_heads, kv_heads, dim = torch.bfloat16, 16, 8, 2, 256
     model = torch.nn.ModuleDict({"a": GatedAttention(1024, q_heads, kv_heads, dim, 1e-6)})
-    ops = CudaOps(model.to(CUDA, dtype), CUDA, page_size=ps)
+    ops = CudaOps(model.to(CUDA, dtype), CUDA, page_size=ps, decode_tensor_cores=tensor_cores)
+    assert ops.attention_backend.tensor_cores == tensor_cores
     gen = torch.Generator(device=CUDA).manual_seed(3)
     caches = {k: torch.zeros(64, ps, kv_heads, dim, device=CUDA, dtype=dtype) for k in "kv"}
     ref_caches = {k: c.clone() for k, c in caches.items()}

@@ -36,10 +36,12 @@ def build_ops(
     page_size: int,
     slots: int = 2,
     gdn_prefill: str = "triton",
+    decode_tensor_cores: bool = False,
 ):
     """The ops object a step's ForwardBatch carries for `model` on `device`; `slots` host
     buffers for the resources that declare `force_double_buffer`; `gdn_prefill` names the
-    Gated DeltaNet kernel of bf16/fp16 prefill and mixed steps (GDN_PREFILL)."""
+    Gated DeltaNet kernel of bf16/fp16 prefill and mixed steps (GDN_PREFILL);
+    `decode_tensor_cores` runs FlashInfer's decode attention on tensor cores."""
     if gdn_prefill not in GDN_PREFILL:
         raise ConfigError(
             f"engine.gdn_prefill must be one of {', '.join(GDN_PREFILL)}, got {gdn_prefill!r}"
@@ -48,4 +50,4 @@ def build_ops(
         return TORCH_OPS
     from engine.kernels.cuda_ops import CudaOps  # imports triton: only where CUDA runs
 
-    return CudaOps(model, device, page_size, slots, gdn_prefill)
+    return CudaOps(model, device, page_size, slots, gdn_prefill, decode_tensor_cores)

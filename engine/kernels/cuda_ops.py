@@ -54,6 +54,7 @@ class CudaOps:
         page_size: int,
         slots: int = 2,
         gdn_prefill: str = "triton",
+        decode_tensor_cores: bool = False,
     ):
         self.device = device
         self.gdn_prefill = gdn_prefill
@@ -71,7 +72,7 @@ class CudaOps:
                 if self.attention_backend is None and self.dtype != torch.float32:
                     self.attention_backend = FlashInferAttention(
                         module.heads, module.kv_heads, module.head_dim, page_size,
-                        self.dtype, device, slots,
+                        self.dtype, device, slots, tensor_cores=decode_tensor_cores,
                     )  # fmt: skip
             elif isinstance(module, GatedDeltaNet):
                 proj = (module.in_proj_qkv, module.in_proj_z, module.in_proj_b, module.in_proj_a)

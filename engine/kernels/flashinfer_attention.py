@@ -23,9 +23,15 @@ WORKSPACE_BYTES = 128 << 20  # FlashInfer's recommended split-k workspace
 class FlashInferAttention:
     force_double_buffer = True
 
-    def __init__(self, q_heads, kv_heads, head_dim, page_size, dtype, device, slots: int = 2):
+    def __init__(
+        self, q_heads, kv_heads, head_dim, page_size, dtype, device, slots: int = 2,
+        tensor_cores: bool = False,
+    ):  # fmt: skip
+        """`tensor_cores`: decode steps run FlashInfer's tensor-core kernel (its prefill
+        kernel with one query a row) instead of its CUDA-core decode kernel."""
         import flashinfer
 
+        self.tensor_cores = tensor_cores
         self.shape = (q_heads, kv_heads, head_dim, page_size)
         self.dtype = dtype
         self.device = device
@@ -43,11 +49,14 @@ class FlashInferAttention:
         self._active = None
 
     def _decode_wrapper(self, rows: int | None = None, max_pages_per_row: int = 0):
+        tensor_cores = {"use_tensor_cores": self.tensor_cores}
         if rows is None:
-            return self._flashinfer.BatchDecodeWithPagedKVCacheWrapper(self._workspace, "NHD")
+            return self._flashinfer.BatchDecodeWithPagedKVCacheWrapper(
+                self._workspace, "NHD", **tensor_cores
+            )
         i32 = {"dtype": torch.int32, "device": self.device}
         return self._flashinfer.BatchDecodeWithPagedKVCacheWrapper(
-            self._workspace, "NHD", use_cuda_graph=True,
+            self._workspace, "NHD", use_cuda_graph=True, **tensor_cores,
             paged_kv_indptr_buffer=torch.zeros(rows + 1, **i32),
             paged_kv_indices_buffer=torch.zeros(rows * max_pages_per_row, **i32),
             paged_kv_last_page_len_buffer=torch.zeros(rows, **i32),

@@ -114,8 +114,9 @@ class Engine:
         self.scheduler = Scheduler(config, self.cache)
         slots = 2 if config.double_buffer else 1
         self.ops = build_ops(
-            config.kernels, model, self.device, config.page_size, slots, config.gdn_prefill
-        )
+            config.kernels, model, self.device, config.page_size, slots, config.gdn_prefill,
+            config.decode_tensor_cores,
+        )  # fmt: skip
         max_pages = self.cache.pages_for(config.max_model_len)
         self.inputs = StepInputs(
             config.max_tokens_per_step, config.max_rows, max_pages, self.device, slots
