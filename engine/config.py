@@ -53,6 +53,10 @@ class EngineConfig:
     # in three launches, a short serial part) or "fla" (flash-linear-attention's chunked
     # kernel, ~9 launches a layer).
     gdn_prefill: str = "triton"
+    # The storage of the recurrent (Gated DeltaNet) state slots: "float32", or "bfloat16",
+    # which halves a decode step's state traffic (vLLM's default keeps it in the model's
+    # dtype); the math on it is fp32 either way.
+    state_dtype: str = "float32"
     # FlashInfer's decode attention on tensor cores (its prefill kernel run for one query a
     # row), which FlashInfer advises for grouped-query heads of 4 or more (0.8b: 8 over 2).
     decode_tensor_cores: bool = False

@@ -111,11 +111,17 @@ def _gdn_layer(dtype, heads=16, dim=128):
 
 
 @pytest.mark.parametrize("gdn_prefill", ["fla", "triton", "triton_split"])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_gated_deltanet_prefill_then_decode_equals_the_reference(dtype, gdn_prefill):
+@pytest.mark.parametrize(
+    ("dtype", "state_dtype"),
+    [(torch.float32, torch.float32), (torch.bfloat16, torch.float32),
+     (torch.bfloat16, torch.bfloat16)],
+    ids=["fp32", "bf16", "bf16-state-bf16"],
+)  # fmt: skip
+def test_gated_deltanet_prefill_then_decode_equals_the_reference(dtype, state_dtype, gdn_prefill):
     """Prefill rows of mixed lengths (one continuing a chunked prefill), then two decode steps
     that continue the prefill's state: outputs and both state pools agree. bf16 prefill runs
-    fla's chunked kernel or ours (`gdn_prefill`); fp32 runs our recurrence either way."""
+    fla's chunked kernel or ours (`gdn_prefill`); fp32 runs our recurrence either way. The
+    state pool in fp32 or in bf16 (`engine.state_dtype`), the reference's likewise."""
     layer = _gdn_layer(dtype)
     model = torch.nn.ModuleDict({"l": layer})
     ops = CudaOps(model, CUDA, page_size=16, gdn_prefill=gdn_prefill)
@@ -123,7 +129,7 @@ def test_gated_deltanet_prefill_then_decode_equals_the_reference(dtype, gdn_pref
     pools = {
         name: (
             torch.randn(slots_n, conv_dim, 3, device=CUDA, dtype=dtype),
-            torch.randn(slots_n, 16, 128, 128, device=CUDA) * 0.1,
+            (torch.randn(slots_n, 16, 128, 128, device=CUDA) * 0.1).to(state_dtype),
         )
         for name in ("ref", "ker")
     }

@@ -38,7 +38,9 @@ class KVCache:
         num_slots: int,
         dtype: torch.dtype,
         device: torch.device | str,
+        state_dtype: torch.dtype = torch.float32,
     ):
+        """`dtype`: the K/V pages and conv states; `state_dtype`: the recurrent states."""
         self.shapes = shapes
         self.page_size = page_size
         self.pages = FreeList(num_pages)
@@ -59,9 +61,10 @@ class KVCache:
         self.conv_state = [
             torch.zeros(conv, dtype=dtype, device=device) for _ in range(shapes.num_linear_layers)
         ]
-        # The recurrent state accumulates over thousands of steps: keep it in fp32.
+        # The recurrent state accumulates over thousands of steps: fp32 unless told otherwise
+        # (engine.state_dtype); the math on it is fp32 either way, only its storage rounds.
         self.ssm_state = [
-            torch.zeros(rec, dtype=torch.float32, device=device)
+            torch.zeros(rec, dtype=state_dtype, device=device)
             for _ in range(shapes.num_linear_layers)
         ]
 

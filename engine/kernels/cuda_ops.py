@@ -149,10 +149,10 @@ class CudaOps:
             k.reshape(1, tokens, layer.k_heads, layer.k_dim),
             v.reshape(1, tokens, layer.v_heads, layer.v_dim),
             g=g[None], beta=beta[None], scale=layer.k_dim**-0.5,
-            initial_state=ssm_state[slots] * keep, output_final_state=True,
+            initial_state=ssm_state[slots].float() * keep, output_final_state=True,
             use_qk_l2norm_in_kernel=True, cu_seqlens=cu, cu_seqlens_cpu=cu_cpu,
         )  # fmt: skip
-        ssm_state.index_copy_(0, slots, final.float())
+        ssm_state.index_copy_(0, slots, final.to(ssm_state.dtype))
         return out[0]
 
     def gated_norm(self, core, z, norm: GatedRMSNorm) -> torch.Tensor:

@@ -16,7 +16,8 @@ slot index: no gather of a batch's states, no scatter back.
   launch where flash-linear-attention's chunked kernel pays about nine and its wrappers.
 
 Layouts follow the torch reference (engine/layers/gated_delta.py): conv state
-[slots, channels, kernel-1], recurrent state [slots, heads, k_dim, v_dim] fp32.
+[slots, channels, kernel-1], recurrent state [slots, heads, k_dim, v_dim] (fp32, or bf16 with
+engine.state_dtype: the kernels read it into fp32 and round it back on the store).
 """
 
 from __future__ import annotations
@@ -112,7 +113,7 @@ def _gdn_recurrent_kernel(
     vd = vb * BV + tl.arange(0, BV)
     vmask = vd < DV
     sptr = STATE + ((slot * HV + h) * DK + kd[:, None]) * DV + vd[None, :]
-    state = tl.load(sptr, mask=vmask[None, :] & keep, other=0.0)
+    state = tl.load(sptr, mask=vmask[None, :] & keep, other=0.0).to(tl.float32)
     a_log = tl.load(A_LOG + h).to(tl.float32)
     dt_bias = tl.load(DT_BIAS + h).to(tl.float32)
     for t in range(start, end):
@@ -131,7 +132,7 @@ def _gdn_recurrent_kernel(
         state = state + k[:, None] * (beta * (v - predicted))[None, :]
         out = tl.sum(state * q[:, None], axis=0)
         tl.store(OUT + (t * HV + h) * DV + vd, out.to(OUT.dtype.element_ty), mask=vmask)
-    tl.store(sptr, state, mask=vmask[None, :])
+    tl.store(sptr, state.to(STATE.dtype.element_ty), mask=vmask[None, :])
 
 
 def gated_delta_recurrent(qkv, a, b, A_log, dt_bias, ssm_state, meta, k_heads, k_dim, v_dim):
@@ -177,7 +178,7 @@ def _gdn_chunked_kernel(
     below = ci[:, None] > ci[None, :]  # s < t: where the delta-rule corrections reach
     causal = ci[:, None] >= ci[None, :]
     sptr = STATE + ((slot * HV + h) * DK + kd[:, None]) * DV + vd[None, :]
-    state = tl.load(sptr, mask=vmask[None, :] & keep, other=0.0)  # [DK, BV]
+    state = tl.load(sptr, mask=vmask[None, :] & keep, other=0.0).to(tl.float32)  # [DK, BV]
     a_log = tl.load(A_LOG + h).to(tl.float32)
     dt_bias = tl.load(DT_BIAS + h).to(tl.float32)
     for c0 in range(start, end, C):
@@ -216,7 +217,7 @@ def _gdn_chunked_kernel(
         optr = OUT + (t[:, None] * HV + h) * DV + vd[None, :]
         tl.store(optr, out.to(OUT.dtype.element_ty), mask=live[:, None] & vmask[None, :])
         state = state * tl.exp(last) + tl.dot(tl.trans(k * tl.exp(last - cum)[:, None]), u)
-    tl.store(sptr, state, mask=vmask[None, :])
+    tl.store(sptr, state.to(STATE.dtype.element_ty), mask=vmask[None, :])
 
 
 def gated_delta_chunked(
@@ -338,7 +339,7 @@ def _gdn_states_kernel(
     vd = vb * BV + tl.arange(0, BV)
     vmask = vd < DV
     sptr = STATE + ((slot * HV + h) * DK + kd[:, None]) * DV + vd[None, :]
-    state = tl.load(sptr, mask=vmask[None, :] & keep, other=0.0)  # [DK, BV]
+    state = tl.load(sptr, mask=vmask[None, :] & keep, other=0.0).to(tl.float32)  # [DK, BV]
     for c0 in range(start, end, C):
         chunk = (first + (c0 - start) // C).to(tl.int64)
         tl.store(H + ((chunk * HV + h) * DK + kd[:, None]) * DV + vd[None, :], state,
@@ -354,7 +355,7 @@ def _gdn_states_kernel(
         new_v = u - tl.dot(w, state, input_precision="ieee")
         tl.store(uptr, new_v, mask=live[:, None] & vmask[None, :])
         state = state * tl.exp(last) + tl.dot(tl.trans(k_decayed), new_v, input_precision="ieee")
-    tl.store(sptr, state, mask=vmask[None, :])
+    tl.store(sptr, state.to(STATE.dtype.element_ty), mask=vmask[None, :])
 
 
 @triton.jit

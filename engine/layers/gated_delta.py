@@ -182,7 +182,7 @@ class GatedDeltaNet(nn.Module):
             out, state1 = torch_gated_delta_rule_chunked(
                 q[None], k[None], v[None], g[None, tokens], beta[None, tokens], state0
             )
-            ssm_state.index_copy_(0, slot, state1)
+            ssm_state.index_copy_(0, slot, state1.to(ssm_state.dtype))
             core[tokens] = out[0]
             start += new
         return core
@@ -219,5 +219,5 @@ def torch_linear_attention(
     core, state = torch_gated_delta_rule_recurrent(
         q[:, None], k[:, None], v[:, None], g[:, None], beta[:, None], ssm_state[slots]
     )
-    ssm_state.index_copy_(0, slots, state)
+    ssm_state.index_copy_(0, slots, state.to(ssm_state.dtype))
     return core[:, 0]

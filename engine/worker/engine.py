@@ -27,6 +27,8 @@ from engine.worker.scheduler import ScheduledRow, Scheduler
 from engine.worker.step_inputs import StepInputs
 
 log = logging.getLogger("engine.worker")
+# engine.state_dtype: the storage of the recurrent-state slots
+STATE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
 @dataclass
@@ -103,6 +105,11 @@ class Engine:
         self.config = config
         self.device = torch.device(config.device)
         param = next(model.parameters())
+        if config.state_dtype not in STATE_DTYPES:
+            raise ConfigError(
+                f"engine.state_dtype must be one of {', '.join(STATE_DTYPES)}, "
+                f"got {config.state_dtype!r}"
+            )
         self.cache = KVCache(
             model.cache_shapes(),
             config.kv_pages,
@@ -110,6 +117,7 @@ class Engine:
             config.state_slots,
             param.dtype,
             self.device,
+            STATE_DTYPES[config.state_dtype],
         )
         self.scheduler = Scheduler(config, self.cache)
         slots = 2 if config.double_buffer else 1
