@@ -74,6 +74,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--decode-tensor-cores", action=argparse.BooleanOptionalAction, default=False
     )
+    parser.add_argument("--state-dtype", default="float32", choices=["float32", "bfloat16"])
     parser.add_argument("--prefill", nargs="*", default=[], metavar="RxL")
     parser.add_argument("--profile", default=None, help="write a profiler table here")
     args = parser.parse_args(argv)
@@ -81,7 +82,7 @@ def main(argv: list[str] | None = None) -> None:
     engine = build(
         args.size, args.batch, args.context, steps, args.kernels, args.graphs,
         piecewise_graphs=args.piecewise, mixing=args.mixing, gdn_prefill=args.gdn_prefill,
-        decode_tensor_cores=args.decode_tensor_cores,
+        decode_tensor_cores=args.decode_tensor_cores, state_dtype=args.state_dtype,
         max_rows=args.batch + max((int(p.split("x")[0]) for p in args.prefill), default=0),
     )  # fmt: skip
     for _ in range(args.warmup):
@@ -96,7 +97,7 @@ def main(argv: list[str] | None = None) -> None:
     print(
         f"decode step, size {args.size}, batch {args.batch}, context {args.context}, "
         f"kernels {engine.ops.name}, graphs {engine.graphs is not None}, decode tensor cores "
-        f"{args.decode_tensor_cores}: median {median:.3f} ms (p10 {q[0]:.3f}, p90 {q[-1]:.3f}) "
+        f"{args.decode_tensor_cores}, state {args.state_dtype}: median {median:.3f} ms (p10 {q[0]:.3f}, p90 {q[-1]:.3f}) "
         f"over {args.steps} steps = {args.batch / median * 1e3:,.0f} tok/s"
     )
     if args.profile:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every GPU test and benchmark of the project, for one `device` run (see docs/BENCHMARKS.md):
-#   bash scripts/gpu_suite.sh STAGE...  STAGE: tests | quick | step | prefill | gdn | run | evidence |
-#   orpheus | all
+#   bash scripts/gpu_suite.sh STAGE...  STAGE: tests | quick | step | prefill | options | gdn | run |
+#   evidence | orpheus | all
 # with carry [".whl", ".jitcache"]. Logs go under $OUT (default ./gpu-out). JIT caches
 # (FlashInfer, Triton) are restored from .jitcache/ when present and saved to $OUT/jit-*.
 set -uo pipefail
@@ -50,6 +50,22 @@ for stage in "${stages[@]}"; do
       for f in /tmp/profile_*; do  # one file back: the prefill tables' heads
         echo "== $f" >> "$OUT/prefill_profiles.txt"; head -n 36 "$f" >> "$OUT/prefill_profiles.txt"
       done; rm -f /tmp/profile_* ;;
+    options)  # the settings not yet measured, on the step benchmark: decode steps (tensor-core
+      # decode attention, bf16 state slots) and prefill/mixed steps (the split GDN kernel)
+      for opts in "" "--decode-tensor-cores" "--state-dtype bfloat16" \
+        "--decode-tensor-cores --state-dtype bfloat16"; do
+        timeout 100 python3 -m benchmarks.bench_gpu_step --batch 64 --context 512 --graphs \
+          --steps 50 $opts 2>&1 | grep -E "decode step|Error|error" | tee -a "$OUT/bench_step.log"
+      done
+      for gdn in triton triton_split; do
+        for mix in --no-mixing --mixing; do
+          timeout 120 python3 -m benchmarks.bench_gpu_step --batch 64 --context 512 --steps 5 \
+            --graphs --piecewise $mix --gdn-prefill $gdn --prefill 1x384 4x256 1x1536 \
+            --profile /tmp/profile_$gdn$mix 2>&1 | grep -E "step,|Error|error" \
+            | tee -a "$OUT/bench_step.log"
+        done
+      done
+      cat /tmp/profile_triton*.prefill_* > "$OUT/options_profiles.txt" ;;
     gdn)  # our chunked Gated DeltaNet kernel: its tests, then a prefill step on it (profiled)
       timeout 300 python3 -m pytest -m gpu -q -rA tests/test_gpu_kernels.py tests/test_gpu.py \
         -k "${GDN_TESTS:-gated_deltanet or orpheus}" 2>&1 | tee "$OUT/gpu_tests.log"
