@@ -1,0 +1,146 @@
+"""The engine's Triton kernels compiled without a GPU: each wrapper runs on CPU tensors at
+Qwen3.5-0.8B's shapes with its kernels' launches recorded instead of run, and each recorded
+launch is compiled for a CUDA target (sm_90, the H200) by Triton's compiler and ptxas.
+Used by tests/test_triton_compile.py (does every kernel compile?) and
+scripts/kernel_registers.py (registers and spills of each, from `ptxas -v`).
+
+Needs the `triton` package; nothing here runs a kernel."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import tempfile
+from types import SimpleNamespace
+
+import torch
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from engine.kernels import triton_gdn, triton_norms
+
+H200 = GPUTarget("cuda", 90, 32)
+_TYPES = {
+    torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32",
+    torch.int32: "i32", torch.int64: "i64",
+}  # fmt: skip
+
+
+class _Recorder:
+    """Stands in for a @triton.jit kernel: `kernel[grid](*args, **constexprs)` records."""
+
+    def __init__(self, kernel, launches: list):
+        self.kernel, self.launches = kernel, launches
+
+    def __getitem__(self, grid):
+        def launch(*args, **constexprs):
+            self.launches.append((self.kernel, args, constexprs))
+
+        return launch
+
+
+@contextlib.contextmanager
+def _recording(launches: list):
+    """Every @triton.jit function of the kernel modules swapped for a recorder, and back."""
+    swapped = []
+    for module in (triton_norms, triton_gdn):
+        for name in dir(module):
+            value = getattr(module, name)
+            if isinstance(value, triton.runtime.JITFunction):
+                swapped.append((module, name, value))
+                setattr(module, name, _Recorder(value, launches))
+    try:
+        yield
+    finally:  # the kernels call helper @triton.jit functions by their global names
+        for module, name, value in swapped:
+            setattr(module, name, value)
+
+
+def record_launches(dtype: torch.dtype) -> list[tuple]:
+    """(kernel, positional args, constexprs) of every launch the wrappers make for one prefill
+    step of 3 rows (1, 5 and 64 tokens) at 0.8b's shapes, activations in `dtype`."""
+    launches: list = []
+    with _recording(launches):
+        _run_wrappers(dtype)
+    return launches
+
+
+def _run_wrappers(dtype: torch.dtype) -> None:
+    tokens, hidden, heads, head_dim = 70, 1024, 8, 256
+    x = torch.zeros(tokens, hidden, dtype=dtype)
+    w = torch.zeros(hidden, dtype=torch.float32)
+    triton_norms.rms_norm(x, w, 1e-6)
+    triton_norms.rms_norm(x, w, 1e-6, residual=x.clone())
+    q = torch.zeros(tokens, heads, head_dim, dtype=dtype)
+    cos = torch.zeros(tokens, 32, dtype=torch.float32)
+    triton_norms.head_norm_rope(q, torch.zeros(head_dim), cos, cos, 1e-6)
+    v_heads, k_heads, dim = 16, 16, 128
+    core = torch.zeros(tokens, v_heads, dim, dtype=dtype)
+    triton_norms.gated_norm(core, torch.zeros(tokens, v_heads * dim, dtype=dtype), w[:dim], 1e-6)
+    triton_norms.silu_mul(torch.zeros(tokens, 2 * 3584, dtype=dtype))
+    cache = torch.zeros(64, 16, 2, 256, dtype=dtype)
+    kv = torch.zeros(tokens, 2, 256, dtype=dtype)
+    triton_norms.store_kv(kv, kv, cache, cache, torch.zeros(tokens, dtype=torch.int64))
+    rows = [1, 5, 64]
+    meta = SimpleNamespace(
+        num_rows=len(rows), num_new=rows, cu_seqlens=torch.tensor([0, 1, 6, 70], dtype=torch.int32),
+        token_row=torch.zeros(tokens, dtype=torch.int32),
+        cached=torch.zeros(3, dtype=torch.int32), state_slots=torch.zeros(3, dtype=torch.int32),
+    )  # fmt: skip
+    channels = 2 * k_heads * dim + v_heads * dim
+    mixed = torch.zeros(tokens, channels, dtype=dtype)
+    triton_gdn.causal_conv(mixed, torch.zeros(channels, 4, dtype=dtype),
+                           torch.zeros(8, channels, 3, dtype=dtype), meta)  # fmt: skip
+    ab = torch.zeros(tokens, v_heads, dtype=dtype)
+    state = torch.zeros(8, v_heads, dim, dim, dtype=torch.float32)
+    gates = (torch.zeros(v_heads), torch.zeros(v_heads))
+    triton_gdn.gated_delta_recurrent(mixed, ab, ab, *gates, state, meta, k_heads, dim, dim)
+    for chunk in (16, 32, 64):
+        for kernel in (triton_gdn.gated_delta_chunked, triton_gdn.gated_delta_chunked_split):
+            kernel(mixed, ab, ab, *gates, state, meta, k_heads, dim, dim, chunk=chunk)
+
+
+def source(kernel, args, constexprs) -> ASTSource:
+    """The ASTSource of one recorded launch: tensors become typed pointers, ints i32, floats
+    fp32, keyword arguments constexprs, in the kernel's parameter order."""
+    names = [p.name for p in kernel.params]
+    given = dict(zip(names, args, strict=False))
+    signature = {}
+    for name in names:
+        value = given.get(name)
+        if name in constexprs:
+            signature[name] = "constexpr"
+        elif isinstance(value, torch.Tensor):
+            signature[name] = "*" + _TYPES[value.dtype]
+        elif isinstance(value, bool):
+            signature[name] = "i1"
+        elif isinstance(value, int):
+            signature[name] = "i32"
+        elif isinstance(value, float):
+            signature[name] = "fp32"
+        else:
+            raise ValueError(f"{kernel.fn.__name__}: no argument for {name}")
+    return ASTSource(fn=kernel, signature=signature, constexprs=dict(constexprs))
+
+
+def compile_launch(kernel, args, constexprs, num_warps: int = 4):
+    """The compiled kernel (its `asm` holds ptx and cubin) of one recorded launch."""
+    return triton.compile(
+        source(kernel, args, constexprs), target=H200, options={"num_warps": num_warps}
+    )
+
+
+def ptxas_report(compiled) -> str:
+    """`ptxas -v`'s line on a compiled kernel's PTX: registers, stack, spill bytes."""
+    ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
+    with tempfile.NamedTemporaryFile("w", suffix=".ptx") as ptx:
+        ptx.write(compiled.asm["ptx"])
+        ptx.flush()
+        done = subprocess.run(
+            [ptxas, "-v", "--gpu-name", "sm_90a", ptx.name, "-o", os.devnull],
+            capture_output=True, text=True, check=True,
+        )  # fmt: skip
+    lines = [line.split("ptxas info    :")[-1].strip() for line in done.stderr.splitlines()]
+    return " | ".join(line for line in lines if "spill" in line or "registers" in line)
