@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every GPU test and benchmark of the project, for one `device` run (see docs/BENCHMARKS.md):
 #   bash scripts/gpu_suite.sh STAGE...  STAGE: tests | quick | step | prefill | options | gdn | run |
-#   evidence | orpheus | all
+#   evidence | orpheus | codec | all
 # with carry [".whl", ".jitcache"]. Logs go under $OUT (default ./gpu-out). JIT caches
 # (FlashInfer, Triton) are restored from .jitcache/ when present and saved to $OUT/jit-*.
 set -uo pipefail
@@ -102,6 +102,13 @@ for stage in "${stages[@]}"; do
         timeout 280 python3 -m harness run orpheus -c $c --abba --requests $((2 * c)) \
           --warmup 16 --out /tmp/orpheus-c$c 2>&1 | head -n 40 | tee -a "$OUT/orpheus.log"
       done ;;
+    codec)  # the codec graphs (engine.codec_graphs): their GPU tests, then, if they pass,
+      # Orpheus 3b off vs on at c=64
+      timeout 150 python3 -m pytest -m gpu -q -rA -s tests/test_gpu.py -k codec_graph 2>&1 \
+        | tee "$OUT/codec_tests.log" \
+        && timeout 420 python3 -m harness run orpheus -c 64 --abba --requests 128 --warmup 16 \
+          --arm off=engine.codec_graphs=false --arm on=engine.codec_graphs=true \
+          --out /tmp/orpheus-codec 2>&1 | head -n 40 | tee "$OUT/orpheus_codec.log" ;;
   esac
 done
 # Save the JIT caches (compiled .so files and Triton cubins only) for the next machine.

@@ -23,12 +23,16 @@ def test_overrides_are_typed():
         "qwen35", "tiny", parse_overrides("model.eos_token_ids=[5, 6],engine.mixing=true")
     )
     assert s.model.eos_token_ids == [5, 6] and s.engine.mixing is True
+    s = load_scenario("orpheus", "tiny", parse_overrides("engine.codec_graphs=true"))
+    assert s.engine.codec_graphs is True and s.to_dict()["engine"]["codec_graphs"] is True
+    assert load_scenario("orpheus", "3b").engine.codec_graphs is False  # until validated
 
 
 @pytest.mark.parametrize("name,size,overrides,message", [
     ("nosuch", None, "", "unknown scenario 'nosuch'; known scenarios: orpheus, qwen35"),
     ("qwen35", "huge", "", "has no size 'huge'"),
     ("qwen35", "tiny", "engine.mixing=maybe", "engine.mixing must be true or false"),
+    ("orpheus", "tiny", "engine.codec_graphs=1", "engine.codec_graphs must be true or false"),
     ("qwen35", "tiny", "engine.max_rows=-1", "must not be negative"),
     ("qwen35", "tiny", "engine.max_rows=1.5", "must be an integer"),
     ("qwen35", "tiny", "engine.nosuch=1", "unknown setting engine.nosuch"),

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 
+import numpy as np
 import pytest
 import torch
 
 from engine.config import load_scenario
 from engine.messages import AddRequest, StepFrames
-from engine.models import build_model
+from engine.models import build_model, build_streams
+from engine.models.orpheus import CODEBOOK, WINDOW_TOKENS, audio_token_low
+from engine.worker.codec_graphs import CodecGraphs
 from engine.worker.engine import Engine
 from engine.worker.main import build_worker
 from engine.worker.timing import PhaseTimer
@@ -271,11 +275,12 @@ def test_08b_piecewise_engine_decodes_as_the_eager_one_across_buckets():
     )
 
 
-def _orpheus_on(device: str, overlap: bool, lengths: list[int]):
+def _orpheus_on(device: str, overlap: bool, lengths: list[int], **engine):
     """Tiny Orpheus in fp32 on `device`: each request's greedy audio tokens (what the LLM
-    streamed into the codec) and its PCM, both nodes on one worker."""
+    streamed into the codec), its PCM and the worker, both nodes on one worker; `engine`:
+    settings over the scenario's."""
     scenario = load_scenario("orpheus", "tiny")
-    config = replace(scenario.engine, device=device, overlap=overlap, max_rows=8)
+    config = replace(scenario.engine, device=device, overlap=overlap, max_rows=8, **engine)
     frames: list[StepFrames] = []
     worker = build_worker(scenario.model, config, PhaseTimer(0, "g", []), frames.append)
     sent: dict[int, list[int]] = {rid: [] for rid in range(len(lengths))}
@@ -295,7 +300,7 @@ def _orpheus_on(device: str, overlap: bool, lengths: list[int]):
     for step in frames:
         for frame in step.frames:
             pcm[frame.rid] += frame.audio or b""
-    return sent, pcm
+    return sent, pcm, worker
 
 
 @pytest.mark.parametrize("overlap", [False, True])
@@ -306,17 +311,72 @@ def test_tiny_orpheus_on_cuda_equals_the_cpu_reference(overlap):
     rounding, in the strict and the overlapped loop. cuDNN's convolutions run in TF32 unless
     told not to (torch's default): with it, the H200 gave PCM up to 57 of 32,768 off (TF32's
     10-bit mantissa), so the comparison turns it off to hold the codec to fp32."""
-    import numpy as np
-
     lengths = [28, 35, 41, 56]
-    cpu_tokens, cpu_pcm = _orpheus_on("cpu", False, lengths)
+    cpu_tokens, cpu_pcm, _ = _orpheus_on("cpu", False, lengths)
     with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
-        cuda_tokens, cuda_pcm = _orpheus_on("cuda", overlap, lengths)
+        cuda_tokens, cuda_pcm, _ = _orpheus_on("cuda", overlap, lengths)
     assert cuda_tokens == cpu_tokens
     for rid in cpu_pcm:
         want = np.frombuffer(cpu_pcm[rid], dtype="<i2").astype(np.int32)
         got = np.frombuffer(cuda_pcm[rid], dtype="<i2").astype(np.int32)
         assert got.shape == want.shape and np.abs(got - want).max(initial=0) <= 2, rid
+
+
+def _max_pcm_difference(a, b) -> int:
+    assert a.shape == b.shape, (a.shape, b.shape)
+    return int(np.abs(a.astype(np.int32) - b.astype(np.int32)).max(initial=0))
+
+
+def test_tiny_orpheus_codec_graph_replay_equals_eager_for_every_bucket():
+    """INVARIANTS 41 on CUDA: the codec graphs (engine/worker/codec_graphs.py) in fp32, every
+    bucket to 64 replayed for window counts that fill a bucket and that pad one, against the
+    eager twin on the same padded buffers and against decoding the windows directly (no
+    padding). TF32 off, as in test_tiny_orpheus_on_cuda_equals_the_cpu_reference. Equal to one
+    least significant bit of the 16-bit PCM: a replay runs the kernels the eager forward picked
+    at its batch size, but a transposed convolution's cuDNN algorithms need not sum in a fixed
+    order, and the direct decode's batch size is not the bucket's. A padding row leaking into
+    a real one, or the wrong rows kept, would change whole windows."""
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
+        ((network, node),) = build_streams("orpheus", "tiny", 0, "float32", "cuda")
+        device = torch.device("cuda")
+        stream = torch.cuda.Stream(device)
+        forward = partial(node.pcm, network)
+        graphs = CodecGraphs(forward, node.code_width, 64, device, stream)
+        twin = CodecGraphs(forward, node.code_width, 64, device)
+        assert sorted(graphs.graphs) == graphs.buckets == [1, 2, 4, 8, 16, 24, 32, 48, 64]
+        codes = np.random.default_rng(0).integers(0, CODEBOOK, (64, WINDOW_TOKENS))
+        windows = audio_token_low(np.arange(WINDOW_TOKENS)) + codes
+        counts = sorted({*graphs.buckets, *(b + 1 for b in graphs.buckets[:-1])})
+        worst = {"eager twin": 0, "direct": 0}
+        with torch.cuda.stream(stream):  # as the stage replays them
+            for count in [*counts, *reversed(counts)]:  # growing and shrinking steps
+                replay = graphs.decode(node.codes(windows[:count]))
+                eager = twin.decode(node.codes(windows[:count]))
+                direct = node.decode(network, windows[:count])
+                assert replay.dtype == np.int16 and replay.shape == (count, 2048)
+                for name, want in (("eager twin", eager), ("direct", direct)):
+                    worst[name] = max(worst[name], _max_pcm_difference(replay, want))
+                    assert worst[name] <= 1, (count, name, worst)
+    print("codec graph replay, max |PCM difference| against", worst)
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_tiny_orpheus_worker_with_codec_graphs_streams_the_same_pcm(overlap):
+    """The whole tiny Orpheus worker in fp32 on CUDA, `engine.codec_graphs` on against off:
+    the same audio tokens and the same PCM to one least significant bit (as above). Six
+    streams in step, so the codec's steps take 6 windows down to 1: buckets 8, 4, 2, 1."""
+    lengths = [28, 35, 41, 56, 49, 63]
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
+        plain_tokens, plain, off = _orpheus_on("cuda", overlap, lengths)
+        graph_tokens, graphed, on = _orpheus_on("cuda", overlap, lengths, codec_graphs=True)
+    assert off.stages[0].graphs is None
+    assert on.stages[0].graphs is not None and on.stages[0].graphs.buckets == [1, 2, 4, 8]
+    assert graph_tokens == plain_tokens
+    for rid in plain:
+        want = np.frombuffer(plain[rid], dtype="<i2")
+        got = np.frombuffer(graphed[rid], dtype="<i2")
+        assert len(want) == 2048 * max(0, lengths[rid] // 7 - 3), rid
+        assert _max_pcm_difference(got, want) <= 1, rid
 
 
 @pytest.mark.parametrize("kernel", ["triton", "triton_split"])

@@ -3,12 +3,14 @@
 The window arithmetic (N frames make 2048 x max(0, N - 3) samples, none lost or doubled at a
 stream's end), the SNAC loop ending when its input ends (and not before), both nodes' declared
 policies agreeing with their check_stop (INVARIANTS 2), an abort mid-stream freeing both nodes
-(INVARIANTS 7), batched SNAC decode equal to decoding alone, the LLM's logit mask, and its
-cached path equal to a full forward (INVARIANTS 6)."""
+(INVARIANTS 7), batched SNAC decode equal to decoding alone, a codec step padded to its
+graph bucket equal to the plain step (INVARIANTS 41), the LLM's logit mask, and its cached path
+equal to a full forward (INVARIANTS 6)."""
 
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 
 import numpy as np
 import pytest
@@ -34,6 +36,7 @@ from engine.models.token_node import DECODE_LOOP
 from engine.runtime.graph import StopRows
 from engine.runtime.runtime import GraphRuntime
 from engine.runtime.stops import StopKind
+from engine.worker.codec_graphs import CodecGraphs
 from engine.worker.main import build_worker
 from engine.worker.stream_stage import StreamStage
 from engine.worker.timing import PhaseTimer
@@ -79,12 +82,16 @@ def assert_one_last_frame(frames: list[TokenFrame], reason: str) -> None:
 
 
 # --- the window arithmetic and the SNAC loop, at the stage ----------------------------------
-def run_stage(snac, lengths: list[int], ends: dict[int, str] | None = None):
+def run_stage(
+    snac, lengths: list[int], ends: dict[int, str] | None = None, graphs: CodecGraphs | None = None
+):
     """Stream `lengths[rid]` tokens into one stage, a token per request per iteration as the
     LLM sends them, its last frame carrying the finish reason (`ends`, default "length");
-    each iteration steps the stage once. Returns (frames per rid, streams, stage)."""
+    each iteration steps the stage once. `graphs`: the stage's codec graph runner (on a CPU,
+    the eager twin). Returns (frames per rid, streams, stage)."""
     network, node = snac
     stage = StreamStage(network, node, PhaseTimer(0, "s", []), capacity=4)
+    stage.graphs = graphs
     streams = {rid: audio_stream(rid, n) for rid, n in enumerate(lengths)}
     for rid, n in enumerate(lengths):
         stage.add_request(AddRequest(rid, [1, 2, 3], max(n, 1), ignore_eos=True))
@@ -211,6 +218,51 @@ def test_snac_decode_in_a_batch_equals_decoding_each_alone(snac):
     assert torch.equal(network.decode(window_codes(windows)), batched)  # no fresh noise
 
 
+def codec_twin(snac, max_windows: int) -> CodecGraphs:
+    """The codec graph runner without a stream: each bucket's decode runs eagerly on the
+    padded static buffer, computing what its graph replays."""
+    network, node = snac
+    return CodecGraphs(
+        partial(node.pcm, network), node.code_width, max_windows, torch.device("cpu")
+    )
+
+
+def test_a_codec_step_padded_to_its_bucket_decodes_as_the_plain_step(snac):
+    """INVARIANTS 41 on the runner's padded path: B windows padded to their bucket with code 0,
+    the first B rows kept, against the same windows decoded directly, for B equal to a bucket
+    and one past it (buckets 1, 2, 4, 8, 16, 24, 32, 40), steps of changing sizes one after
+    another on the same buffers. Equal but for float rounding across batch sizes; a padding
+    row reaching a real one, or the wrong rows kept, changes whole windows."""
+    _, node = snac
+    runner = codec_twin(snac, 40)
+    assert runner.buckets == [1, 2, 4, 8, 16, 24, 32, 40]
+    windows = np.array([audio_stream(seed, 28) for seed in range(41)])
+    for count in (40, 25, 1, 9, 24, 3, 8, 2, 17, 33):
+        got = runner.decode(node.codes(windows[:count]))
+        assert got.dtype == np.int16 and got.shape == (count, SAMPLES_PER_FRAME)
+        assert_same_audio(got, node.decode(snac[0], windows[:count]))
+    for count in (0, 41):
+        with pytest.raises(ValueError, match="take 1 to 40"):
+            runner.decode(node.codes(windows[:count]))
+
+
+def test_the_stage_streams_the_same_audio_through_the_codec_graphs_path(snac):
+    """The stage with the runner (its eager twin, up to 8 windows): 12 streams of 4 to 15
+    frames, so steps fall from 12 ready windows (past the largest bucket: eager) through every
+    bucket to 1; every stream's audio is the eager stage's."""
+    lengths = [7 * frames for frames in range(4, 16)]
+    runner = codec_twin(snac, 8)
+    sizes: list[int] = []
+    decode = runner.decode
+    runner.decode = lambda codes: sizes.append(len(codes)) or decode(codes)
+    out, _, stage = run_stage(snac, lengths, graphs=runner)
+    plain, _, _ = run_stage(snac, lengths)
+    assert set(map(runner.bucket_for, sizes)) == {1, 2, 4, 8} and max(sizes) == 8
+    for rid in range(len(lengths)):
+        assert_same_audio(pcm(out[rid]), pcm(plain[rid]))
+    assert not stage.streams
+
+
 def test_window_codes_follow_the_frame_layout():
     frame = [AUDIO_TOKEN_BASE + p * CODEBOOK + 10 * p for p in range(7)]  # code 10p at p
     c0, c1, c2 = window_codes(np.array([frame * 4]))
@@ -265,6 +317,11 @@ def test_worker_streams_each_requests_windows_through_both_nodes(snac, overlap):
         assert_same_audio(pcm(got[rid]), reference_pcm(snac, tokens[: (n // 7) * 7]))
         assert_one_last_frame(got[rid], "length")
     assert_pools_full(worker)
+
+
+def test_codec_graphs_are_ignored_on_a_cpu():
+    worker, _, _ = orpheus_worker(codec_graphs=True)
+    assert worker.stages[0].graphs is None and worker.stages[0].cuda_stream is None
 
 
 @pytest.mark.parametrize("overlap", [False, True])

@@ -29,6 +29,7 @@ END_OF_SPEECH = 128_258
 
 # The codes of each level, by a token's position within its frame.
 LEVEL_POSITIONS = ((0,), (1, 4), (2, 3, 5, 6))
+LEVEL_WIDTHS = tuple(WINDOW_FRAMES * len(level) for level in LEVEL_POSITIONS)  # 4, 8, 16
 
 # fmt: off
 PRESETS: dict[str, LlamaConfig] = {
@@ -74,16 +75,27 @@ def window_tokens(tokens: list[int], window: int) -> list[int]:
     return tokens[start : start + WINDOW_TOKENS]
 
 
-def window_codes(windows: np.ndarray, device=None) -> list[torch.Tensor]:
-    """Windows [B, 28] of token ids -> SNAC's codes per level: [B, 4], [B, 8], [B, 16], each
-    level's codes in time order (frame by frame, a frame's in position order). Raises on an
-    id outside its position's codes: the LLM's logit mask makes that a bug."""
+def level_codes(windows: np.ndarray) -> np.ndarray:
+    """Windows [B, 28] of token ids -> their SNAC codes [B, 28]: the three levels side by side
+    ([B, 4 | 8 | 16], LEVEL_WIDTHS), each level's codes in time order (frame by frame, a
+    frame's in position order). Raises on an id outside its position's codes: the LLM's logit
+    mask makes that a bug."""
     offsets = AUDIO_TOKEN_BASE + (np.arange(WINDOW_TOKENS) % FRAME_TOKENS) * CODEBOOK
     codes = np.asarray(windows, dtype=np.int64) - offsets
     if codes.size and (codes.min() < 0 or codes.max() >= CODEBOOK):
         raise ValueError("a window holds a token outside its position's audio codes")
     frames = codes.reshape(len(codes), WINDOW_FRAMES, FRAME_TOKENS)
-    return [
-        torch.from_numpy(frames[:, :, list(level)].reshape(len(codes), -1)).to(device)
-        for level in LEVEL_POSITIONS
-    ]
+    levels = zip(LEVEL_POSITIONS, LEVEL_WIDTHS, strict=True)
+    return np.concatenate(
+        [frames[:, :, list(level)].reshape(len(codes), width) for level, width in levels], axis=1
+    )
+
+
+def split_levels(codes: torch.Tensor) -> list[torch.Tensor]:
+    """Codes [B, 28] (levels side by side) -> SNAC's codes per level: [B, 4], [B, 8], [B, 16]."""
+    return list(codes.split(LEVEL_WIDTHS, dim=1))
+
+
+def window_codes(windows: np.ndarray, device=None) -> list[torch.Tensor]:
+    """Windows [B, 28] of token ids -> SNAC's codes per level on `device` (level_codes)."""
+    return split_levels(torch.from_numpy(level_codes(windows)).to(device))

@@ -22,7 +22,8 @@ from engine.models.orpheus import (
     SAMPLES_PER_FRAME,
     WINDOW_TOKENS,
     audio_token_low,
-    window_codes,
+    level_codes,
+    split_levels,
     windows_for,
 )
 from engine.models.token_node import TokenNode, token_graph
@@ -42,20 +43,33 @@ class OrpheusNode(TokenNode):
 
 class SnacNode(NodeSubmodule):
     """A windowed stream node: what the worker's stream stage (engine/worker/stream_stage.py)
-    reads is the window geometry, `windows_for` and `decode`."""
+    reads is the window geometry, `windows_for` and `decode`; its codec graphs split `decode`
+    into `codes` (the host's part) and `pcm` (the device's, captured)."""
 
     graph = GraphSpec(node="snac", walks=("window",), loops={WINDOW_LOOP: "window"})
     window_tokens = WINDOW_TOKENS  # a window's input tokens
     hop_tokens = FRAME_TOKENS  # how far the next window starts after this one
     windows_for = staticmethod(windows_for)  # windows a stream of n tokens makes
+    code_width = WINDOW_TOKENS  # a window's codes, the three levels side by side
+
+    def codes(self, windows: np.ndarray) -> np.ndarray:
+        """Windows [B, 28] of audio tokens -> their codes [B, 28], on the host."""
+        return level_codes(windows)
+
+    def pcm(self, network, codes: torch.Tensor) -> torch.Tensor:
+        """Codes [B, 28] on the network's device -> each window's new PCM, int16 [B, 2048] on
+        the device: its second frame's samples (the reference's choice; engine/models/orpheus.py).
+        Each row is decoded from its own codes alone (SnacDecoder.decode): what the codec
+        graphs capture, padding rows and all (engine/worker/codec_graphs.py)."""
+        audio = network.decode(split_levels(codes))[:, 0]
+        kept = audio[:, SAMPLES_PER_FRAME : 2 * SAMPLES_PER_FRAME].float().clamp(-1.0, 1.0)
+        return (kept * 32767.0).round().to(torch.int16)
 
     def decode(self, network, windows: np.ndarray) -> np.ndarray:
-        """Windows [B, 28] of audio tokens -> each window's new PCM, int16 [B, 2048]: its
-        second frame's samples (the reference's choice; engine/models/orpheus.py)."""
+        """Windows [B, 28] of audio tokens -> each window's new PCM, int16 [B, 2048], eagerly."""
         device = next(network.parameters()).device
-        audio = network.decode(window_codes(windows, device))[:, 0]
-        kept = audio[:, SAMPLES_PER_FRAME : 2 * SAMPLES_PER_FRAME].float().clamp(-1.0, 1.0)
-        return (kept * 32767.0).round().to(torch.int16).cpu().numpy()
+        codes = torch.from_numpy(self.codes(windows)).to(device)
+        return self.pcm(network, codes).cpu().numpy()
 
     def get_stop_policies(self, walk: str) -> dict[str, StopPolicy] | None:
         if walk == "window":

@@ -166,7 +166,13 @@ class SnacDecoder(nn.Module):
     @torch.no_grad()
     def decode(self, codes: list[torch.Tensor]) -> torch.Tensor:
         """Codes per level [B, latent_steps / stride] -> audio [B, 1, latent_steps * hop] in
-        [-1, 1]. Rows are independent: a batch decodes each row as it would alone."""
+        [-1, 1]. Rows are independent: a batch decodes each row as it would alone. Every op
+        here works within a row: codebook lookups, 1x1 and temporal convolutions (grouped over
+        channels, never over the batch), Snake per channel, the noise blocks' fixed noise
+        broadcast over the batch, the tanh; no batch norm, no statistics over the batch, no
+        state kept between calls. So rows added to pad a batch (the codec graphs' buckets,
+        engine/worker/codec_graphs.py) cannot change a real row's samples, only, through the
+        kernels a batch size selects, their float rounding."""
         return self.decoder(self.quantizer.from_codes(codes))
 
     def num_parameters(self) -> int:

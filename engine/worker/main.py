@@ -59,11 +59,18 @@ def build_worker(
         spec.arch, spec.preset, spec.seed, config.dtype, config.device, path=spec.path
     )
     node = build_node(spec.arch, model, spec.eos_token_ids)
+    streams = build_streams(spec.arch, spec.preset, spec.seed, config.dtype, config.device)
     stages = [
-        StreamStage(network, stream_node, timer, config.state_slots * 2, config.runtime_stops)
-        for network, stream_node in build_streams(
-            spec.arch, spec.preset, spec.seed, config.dtype, config.device
+        StreamStage(
+            network,
+            stream_node,
+            timer,
+            config.state_slots * 2,
+            config.runtime_stops,
+            graphs=config.codec_graphs,
+            max_windows=config.max_rows,
         )
+        for network, stream_node in streams
     ]
     return Worker(
         Engine(model, config, logit_mask=node.sampling_window),

@@ -10,6 +10,9 @@ input has ended and its last window is decoded; then the partition ends).
 
 The stage is generic over a windowed node: it reads the node's `window_tokens`, `hop_tokens`,
 `windows_for(tokens)` and `decode(network, windows)`; the node's step emits each row's PCM.
+With codec graphs (`engine.codec_graphs`, CUDA only) a step replays the node's `pcm` captured
+per window-count bucket instead, its windows' `codes` padded to the bucket
+(engine/worker/codec_graphs.py).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 import torch
@@ -27,6 +31,7 @@ from engine.runtime.graph import NodeSubmodule, StopCheck
 from engine.runtime.postprocess import PhasedPostprocess, StepOutput
 from engine.runtime.runtime import GraphRuntime
 from engine.spans import NodeSpans
+from engine.worker.codec_graphs import CodecGraphs
 from engine.worker.node_postprocess import postprocess_step, stop_rows
 from engine.worker.timing import PhaseTimer, now_ns
 
@@ -57,7 +62,11 @@ class StreamStage:
         timer: PhaseTimer,
         capacity: int,
         runtime_stops: bool = True,
+        graphs: bool = False,
+        max_windows: int = 256,
     ):
+        """`graphs`: replay the node's decode as CUDA graphs (on a CUDA device; ignored on a
+        CPU) for steps of up to `max_windows` windows; larger steps run eagerly."""
         self.network, self.node, self.timer = network, node, timer
         self.runtime_stops = runtime_stops
         self.runtime = GraphRuntime(node.graph, capacity)
@@ -72,6 +81,11 @@ class StreamStage:
         # waits for its own work alone, not for the step the overlapped loop launched.
         device = next(network.parameters()).device
         self.cuda_stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+        self.graphs = None
+        if graphs and self.cuda_stream is not None:
+            self.graphs = CodecGraphs(
+                partial(node.pcm, network), node.code_width, max_windows, device, self.cuda_stream
+            )
 
     # --- requests ------------------------------------------------------------------------
     def add_request(self, msg: AddRequest) -> None:
@@ -137,7 +151,10 @@ class StreamStage:
         index = np.array([s.windows for s in ready], dtype=np.int64)
         windows = np.array([s.tokens[s.windows * hop : s.windows * hop + window] for s in ready])
         with torch.cuda.stream(self.cuda_stream) if self.cuda_stream else nullcontext():
-            pcm = self.node.decode(self.network, windows)
+            if self.graphs is not None and self.graphs.bucket_for(len(ready)) is not None:
+                pcm = self.graphs.decode(self.node.codes(windows))
+            else:
+                pcm = self.node.decode(self.network, windows)
         out = StepOutput(
             rids=np.array([s.rid for s in ready], dtype=np.int64),
             handles=np.array([s.handle for s in ready], dtype=np.int64),
