@@ -28,7 +28,7 @@ for stage in "${stages[@]}"; do
     quick)  # the loop, graphs, buffers and sampler, without the slow 0.8b model comparisons
       timeout 480 python3 -m pytest -m gpu -q -rA tests/test_gpu_double_buffer.py \
         tests/test_gpu.py tests/test_gpu_kernels.py \
-        -k "tiny or overlapped or graph_replay or piecewise or sampling or interchangeable or hazard or buffer or gated_deltanet" \
+        -k "tiny or overlapped or graph_replay or piecewise or sampling or interchangeable or hazard or buffer or gated_deltanet or flashinfer" \
         2>&1 | tee "$OUT/gpu_tests.log" ;;
     step)  # decode steps (eager, graphs) and prefill/mixed steps (eager, piecewise)
       for b in 64 128; do
