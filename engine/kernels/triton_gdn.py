@@ -98,22 +98,36 @@ def causal_conv(x, weight, conv_state, meta) -> torch.Tensor:
 
 
 @triton.jit
-def _gdn_recurrent_kernel(
-    QKV, A, B, A_LOG, DT_BIAS, STATE, OUT, CU, CACHED, SLOTS,
-    stride_t, stride_ab, HK, HV, scale,
-    DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr,
-):  # fmt: skip
+def _row_state_tile(
+    STATE, CU, CACHED, SLOTS, HV, DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr
+):
+    """A (row, value head, value block) program's row and head, its row's tokens [start, end),
+    its value columns, and its fp32 state tile [DK, BV] read from the row's slot (zeros for a
+    row with nothing cached) with the pointers to store it back through."""
     row, h, vb = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     start = tl.load(CU + row)
     end = tl.load(CU + row + 1)
     keep = tl.load(CACHED + row) > 0
     slot = tl.load(SLOTS + row).to(tl.int64)
-    hk = h // (HV // HK)  # each q/k head serves consecutive value heads
     kd = tl.arange(0, DK)
     vd = vb * BV + tl.arange(0, BV)
     vmask = vd < DV
     sptr = STATE + ((slot * HV + h) * DK + kd[:, None]) * DV + vd[None, :]
     state = tl.load(sptr, mask=vmask[None, :] & keep, other=0.0).to(tl.float32)
+    return row, h, start, end, vd, vmask, sptr, state
+
+
+@triton.jit
+def _gdn_recurrent_kernel(
+    QKV, A, B, A_LOG, DT_BIAS, STATE, OUT, CU, CACHED, SLOTS,
+    stride_t, stride_ab, HK, HV, scale,
+    DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr,
+):  # fmt: skip
+    _, h, start, end, vd, vmask, sptr, state = _row_state_tile(
+        STATE, CU, CACHED, SLOTS, HV, DK, DV, BV
+    )
+    hk = h // (HV // HK)  # each q/k head serves consecutive value heads
+    kd = tl.arange(0, DK)
     a_log = tl.load(A_LOG + h).to(tl.float32)
     dt_bias = tl.load(DT_BIAS + h).to(tl.float32)
     for t in range(start, end):
@@ -165,20 +179,14 @@ def _gdn_chunked_kernel(
     DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr, C: tl.constexpr,
     LEVELS: tl.constexpr,
 ):  # fmt: skip
-    row, h, vb = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-    start = tl.load(CU + row)
-    end = tl.load(CU + row + 1)
-    keep = tl.load(CACHED + row) > 0
-    slot = tl.load(SLOTS + row).to(tl.int64)
+    _, h, start, end, vd, vmask, sptr, state = _row_state_tile(
+        STATE, CU, CACHED, SLOTS, HV, DK, DV, BV
+    )  # state [DK, BV]
     hk = h // (HV // HK)
     kd = tl.arange(0, DK)
-    vd = vb * BV + tl.arange(0, BV)
-    vmask = vd < DV
     ci = tl.arange(0, C)
     below = ci[:, None] > ci[None, :]  # s < t: where the delta-rule corrections reach
     causal = ci[:, None] >= ci[None, :]
-    sptr = STATE + ((slot * HV + h) * DK + kd[:, None]) * DV + vd[None, :]
-    state = tl.load(sptr, mask=vmask[None, :] & keep, other=0.0).to(tl.float32)  # [DK, BV]
     a_log = tl.load(A_LOG + h).to(tl.float32)
     dt_bias = tl.load(DT_BIAS + h).to(tl.float32)
     for c0 in range(start, end, C):
@@ -331,18 +339,12 @@ def _gdn_states_kernel(
     W, U, KD, G, STATE, H, CU, CACHED, SLOTS, FIRST_CHUNK, HV,
     DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr, C: tl.constexpr,
 ):  # fmt: skip
-    row, h, vb = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-    start = tl.load(CU + row)
-    end = tl.load(CU + row + 1)
-    keep = tl.load(CACHED + row) > 0
-    slot = tl.load(SLOTS + row).to(tl.int64)
+    row, h, start, end, vd, vmask, sptr, state = _row_state_tile(
+        STATE, CU, CACHED, SLOTS, HV, DK, DV, BV
+    )  # state [DK, BV]
     first = tl.load(FIRST_CHUNK + row)
     ci = tl.arange(0, C)
     kd = tl.arange(0, DK)
-    vd = vb * BV + tl.arange(0, BV)
-    vmask = vd < DV
-    sptr = STATE + ((slot * HV + h) * DK + kd[:, None]) * DV + vd[None, :]
-    state = tl.load(sptr, mask=vmask[None, :] & keep, other=0.0).to(tl.float32)  # [DK, BV]
     for c0 in range(start, end, C):
         chunk = (first + (c0 - start) // C).to(tl.int64)
         tl.store(H + ((chunk * HV + h) * DK + kd[:, None]) * DV + vd[None, :], state,
