@@ -26,7 +26,8 @@ def test_every_triton_kernel_compiles_for_sm90(dtype):
         compiled.add(kernel.fn.__name__)
     wanted = {
         "_rms_norm_kernel", "_head_norm_rope_kernel", "_gated_norm_kernel", "_silu_mul_kernel",
-        "_store_kv_kernel", "_conv_kernel", "_conv_state_kernel", "_gdn_recurrent_kernel",
+        "_store_kv_kernel", "_conv_kernel", "_conv_state_kernel", "_conv_decode_kernel",
+        "_gdn_recurrent_kernel",
         "_gdn_chunked_kernel", "_gdn_prepare_kernel", "_gdn_states_kernel", "_gdn_outputs_kernel",
     }  # fmt: skip
     assert compiled == wanted

@@ -72,17 +72,89 @@ print(json.dumps(report))
 """
 
 
-def test_gated_deltanet_kernels_in_the_interpreter_equal_the_reference():
+CONV_CHECK = r"""
+import json
+from types import SimpleNamespace
+import torch
+from engine.kernels import triton_gdn
+from engine.layers.gated_delta import torch_causal_conv1d, torch_causal_conv1d_update
+
+torch.manual_seed(0)
+C, K = 300, 4  # channels past one 256-wide block
+weight = torch.randn(C, K)
+state0 = torch.randn(6, C, K - 1)
+report = {}
+# A decode step: one token a row, one row with nothing cached (its window starts at zeros).
+slots, cached = [3, 0, 5], [7, 2, 0]
+x = torch.randn(3, C)
+meta = SimpleNamespace(
+    num_rows=3, cu_seqlens=torch.tensor([0, 1, 2, 3], dtype=torch.int32),
+    token_row=torch.arange(3, dtype=torch.int32), cached=torch.tensor(cached, dtype=torch.int32),
+    state_slots=torch.tensor(slots, dtype=torch.int32), is_decode=True,
+)
+want_state = state0.clone()
+want_state[5] = 0  # the uncached row's window
+want = torch_causal_conv1d_update(x, weight, want_state, torch.tensor(slots))
+for name, decode in (("decode-fused", True), ("decode-two-launches", False)):
+    state = state0.clone()
+    meta.is_decode = decode
+    out = triton_gdn.causal_conv(x, weight, state, meta)
+    report[name] = {
+        "out": (out - want).abs().max().item(),
+        "state": (state[slots] - want_state[slots]).abs().max().item(),
+        "others_untouched": torch.equal(state[[1, 2, 4]], state0[[1, 2, 4]]),
+    }
+# A prefill step: rows of 1, 2 and 9 tokens, fresh and continuing.
+lengths, cached = [1, 2, 9], [4, 0, 3]
+x = torch.randn(sum(lengths), C)
+cu = torch.tensor([0, 1, 3, 12], dtype=torch.int32)
+meta = SimpleNamespace(
+    num_rows=3, cu_seqlens=cu, cached=torch.tensor(cached, dtype=torch.int32),
+    token_row=torch.repeat_interleave(torch.arange(3), torch.tensor(lengths)).int(),
+    state_slots=torch.tensor(slots, dtype=torch.int32), is_decode=False,
+)
+state = state0.clone()
+out = triton_gdn.causal_conv(x, weight, state, meta)
+errors, state_errors = [], []
+for r, (n, c) in enumerate(zip(lengths, cached)):
+    start = cu[r].item()
+    init = state0[slots[r]] if c else torch.zeros(C, K - 1)
+    want, want_window = torch_causal_conv1d(x[start : start + n], weight, init)
+    errors.append((out[start : start + n] - want).abs().max().item())
+    state_errors.append((state[slots[r]] - want_window).abs().max().item())
+report["prefill"] = {"out": max(errors), "state": max(state_errors),
+                     "others_untouched": torch.equal(state[[1, 2, 4]], state0[[1, 2, 4]])}
+print(json.dumps(report))
+"""
+
+
+def _interpret(script: str) -> dict:
+    """Run `script` under Triton's interpreter in a subprocess; its last stdout line, as JSON."""
     root = Path(__file__).resolve().parents[1]
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")]))
     done = subprocess.run(
-        [sys.executable, "-c", CHECK], env=env, capture_output=True, text=True, timeout=600
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    report = json.loads(done.stdout.strip().splitlines()[-1])
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_gated_deltanet_kernels_in_the_interpreter_equal_the_reference():
+    report = _interpret(CHECK)
     kernels = {"recurrent"} | {f"{k}{c}" for k in ("chunked", "split") for c in (16, 32, 64)}
     assert set(report) == {f"{r}-{k}" for r in ("fast", "slow") for k in kernels}
     for name, result in report.items():
         assert result["out"] < 1e-5 and result["state"] < 1e-5, (name, result)
+        assert result["others_untouched"], name
+
+
+def test_conv_kernels_in_the_interpreter_equal_the_reference():
+    """The short causal conv: a decode step in its fused launch and in the general two, and a
+    prefill step of fresh and continuing rows, against the torch reference, outputs and the
+    conv-state windows; the slots no row names untouched."""
+    report = _interpret(CONV_CHECK)
+    assert set(report) == {"decode-fused", "decode-two-launches", "prefill"}
+    for name, result in report.items():
+        assert result["out"] < 1e-5 and result["state"] < 1e-6, (name, result)
         assert result["others_untouched"], name

@@ -91,8 +91,10 @@ def _run_wrappers(dtype: torch.dtype) -> None:
     )  # fmt: skip
     channels = 2 * k_heads * dim + v_heads * dim
     mixed = torch.zeros(tokens, channels, dtype=dtype)
-    triton_gdn.causal_conv(mixed, torch.zeros(channels, 4, dtype=dtype),
-                           torch.zeros(8, channels, 3, dtype=dtype), meta)  # fmt: skip
+    conv = (torch.zeros(channels, 4, dtype=dtype), torch.zeros(8, channels, 3, dtype=dtype))
+    triton_gdn.causal_conv(mixed, *conv, meta)
+    decode = SimpleNamespace(**vars(meta), is_decode=True)  # one token a row: the fused conv
+    triton_gdn.causal_conv(mixed[:3], *conv, decode)
     ab = torch.zeros(tokens, v_heads, dtype=dtype)
     state = torch.zeros(8, v_heads, dim, dim, dtype=torch.float32)
     gates = (torch.zeros(v_heads), torch.zeros(v_heads))

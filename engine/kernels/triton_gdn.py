@@ -76,16 +76,52 @@ def _conv_state_kernel(
         tl.store(base + j, value.to(STATE.dtype.element_ty), mask=cmask & (n > 0))
 
 
+@triton.jit
+def _conv_decode_kernel(
+    X, W, STATE, OUT, CACHED, SLOTS, stride_xt, C,
+    KW: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_K: tl.constexpr,
+):  # fmt: skip
+    """A decode step's conv (one token a row, so token = row) and its state shift, in one
+    program per (row, channel block): both read the old window before either is stored."""
+    row = tl.program_id(0)
+    cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    cmask = cols < C
+    taps = tl.arange(0, BLOCK_K)  # the window's K-1 stored inputs (BLOCK_K >= K-1)
+    stored = taps < KW - 1
+    keep = tl.load(CACHED + row) > 0
+    base = STATE + tl.load(SLOTS + row).to(tl.int64) * C * (KW - 1) + cols[:, None] * (KW - 1)
+    window = tl.load(base + taps[None, :], mask=cmask[:, None] & stored[None, :] & keep, other=0.0)
+    x = tl.load(X + row * stride_xt + cols, mask=cmask, other=0.0)
+    w = tl.load(W + cols[:, None] * KW + taps[None, :], mask=cmask[:, None] & stored[None, :],
+                other=0.0).to(tl.float32)  # fmt: skip
+    w_last = tl.load(W + cols * KW + KW - 1, mask=cmask, other=0.0).to(tl.float32)
+    acc = tl.sum(w * window.to(tl.float32), axis=1) + w_last * x.to(tl.float32)
+    tl.store(OUT + row * C + cols, (acc / (1.0 + tl.exp(-acc))).to(OUT.dtype.element_ty),
+             mask=cmask)  # fmt: skip
+    # The new window: the old one shifted by one, this token last.
+    shifted = tl.load(base + taps[None, :] + 1, mask=cmask[:, None] & (taps[None, :] + 1 < KW - 1)
+                      & keep, other=0.0)  # fmt: skip
+    shifted = tl.where(taps[None, :] == KW - 2, x[:, None].to(shifted.dtype), shifted)
+    tl.store(base + taps[None, :], shifted.to(STATE.dtype.element_ty),
+             mask=cmask[:, None] & stored[None, :])  # fmt: skip
+
+
 def causal_conv(x, weight, conv_state, meta) -> torch.Tensor:
     """x [T, C] (rows may be strided), weight [C, K]; `meta` is the step's ForwardBatch
     (token_row, cu_seqlens, cached, state_slots as int32 device tensors). Returns silu(conv)
-    [T, C] in x's dtype and updates each row's slot of conv_state [slots, C, K-1]."""
+    [T, C] in x's dtype and updates each row's slot of conv_state [slots, C, K-1]. A decode
+    step (one token a row) runs one fused launch, any other step two."""
     tokens, channels = x.shape
     kernel = weight.shape[1]
     out = torch.empty((tokens, channels), dtype=x.dtype, device=x.device)
     block = 256
     grid_c = triton.cdiv(channels, block)
-    if tokens:
+    if tokens and getattr(meta, "is_decode", False):
+        _conv_decode_kernel[(tokens, grid_c)](
+            x, weight, conv_state, out, meta.cached, meta.state_slots, x.stride(0), channels,
+            KW=kernel, BLOCK_C=block, BLOCK_K=triton.next_power_of_2(kernel - 1),
+        )  # fmt: skip
+    elif tokens:
         _conv_kernel[(tokens, grid_c)](
             x, weight, conv_state, out, meta.token_row, meta.cu_seqlens, meta.cached,
             meta.state_slots, x.stride(0), channels, KW=kernel, BLOCK_C=block,
