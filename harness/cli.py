@@ -8,6 +8,7 @@ report), 4 a server failed during the run, 130 interrupted.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 import traceback
 
@@ -42,8 +43,45 @@ for verb, module in COMMANDS:
     app.command(verb)(importlib.import_module(f"harness.commands.{module}").main)
 
 
+class _ReaderMayLeave:
+    """stdout or stderr whose reader may go away (`bench run ... | head`). Once it has, what is
+    written goes nowhere and the command carries on to its own exit code: left alone, click
+    would exit 1 on the broken pipe, and 1 says "B is slower"."""
+
+    def __init__(self, stream):
+        self._stream, self.gone = stream, False
+
+    def write(self, text: str) -> int:
+        if not self.gone:
+            try:
+                return self._stream.write(text)
+            except BrokenPipeError:
+                self._leave()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.gone:
+            try:
+                self._stream.flush()
+            except BrokenPipeError:
+                self._leave()
+
+    def _leave(self) -> None:
+        """The descriptor now points at the null device, so the interpreter's last flush of
+        what is still buffered succeeds too."""
+        self.gone = True
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, self._stream.fileno())
+        os.close(null)
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
 def main() -> None:
-    """The `bench` entry point: a crash exits 3, never 1 (which says "B is slower")."""
+    """The `bench` entry point: a crash exits 3, never 1 (which says "B is slower"), and a
+    reader that leaves early changes no exit code."""
+    sys.stdout, sys.stderr = _ReaderMayLeave(sys.stdout), _ReaderMayLeave(sys.stderr)
     try:
         app(prog_name="bench")
     except KeyboardInterrupt:

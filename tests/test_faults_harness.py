@@ -215,6 +215,30 @@ def test_an_out_holding_a_run_is_refused_unless_overwritten(tmp_path, mock_url):
     assert (other / "mine.txt").read_text() == "keep"
 
 
+def test_a_reader_that_leaves_early_changes_no_exit_code(tmp_path, mock_url):
+    """`bench run ... | head -1`: the pipe closes while bench still has tables to print. The
+    run finishes and is written, and the exit code is the verdict's (0 for this A/A run), not
+    the 1 click gives a broken pipe, which would read "B is slower"; the same for a usage
+    error (2) and a command whose reader was never there."""
+    out = tmp_path / "run"
+    arms = ["--arm", f"a={mock_url}", "--arm", f"b={mock_url}"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness", "run", "qwen35", *SMALL, *arms, "--out", str(out)],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    proc.stdout.readline()  # `head -1`
+    proc.stdout.close()
+    assert proc.wait(timeout=300) == 0
+    assert len(load_run(out)[1]["servers"]) == 2
+    for args, code in ((["scenarios"], 0), (["run", "qwen35", "--arm", "x=main"], 2)):
+        gone = subprocess.Popen(
+            [sys.executable, "-m", "harness", *args], cwd=ROOT, stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        gone.stdout.close()
+        assert gone.wait(timeout=60) == code, args
+
+
 # --- 9 and 14. checked before the first server starts (INVARIANTS 31) ---------------------
 
 
