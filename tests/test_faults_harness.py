@@ -215,6 +215,25 @@ def test_an_out_holding_a_run_is_refused_unless_overwritten(tmp_path, mock_url):
     assert (other / "mine.txt").read_text() == "keep"
 
 
+def test_a_time_budget_ends_the_schedule_between_whole_blocks(tmp_path, mock_url):
+    """`--time-budget`: a block starts only while the time so far plus the longest block yet
+    fits. With a budget one block fills, 1 of 3 ABBA blocks runs, whole (its 4 servers), and
+    the run is a finished, shorter schedule: compared, exit 0 (not 130), the manifest and the
+    doubts say why it stopped. The first block always runs."""
+    out = tmp_path / "run"
+    arms = ["--arm", f"a={mock_url}", "--arm", f"b={mock_url}"]
+    cut = bench("run", "qwen35", *SMALL, *arms, "--abba", "--blocks", "3", "--time-budget", "1",
+                "--out", str(out))  # fmt: skip
+    assert cut.returncode == 0, cut.stderr
+    manifest, frames = load_run(out)
+    assert manifest["complete"] and manifest["time_budget_s"] == 1
+    assert "ended the schedule after 1 of 3 blocks" in manifest["budget_stop"]
+    assert sorted(frames["servers"]["letter"]) == ["A", "A", "B", "B"]
+    summary = json.loads((out / "summary.json").read_text())
+    assert any("time budget" in doubt for doubt in summary["doubts"])
+    assert bench("run", "qwen35", *arms, "--time-budget", "0").returncode == 2  # min 1 s
+
+
 def test_a_reader_that_leaves_early_changes_no_exit_code(tmp_path, mock_url):
     """`bench run ... | head -1`: the pipe closes while bench still has tables to print. The
     run finishes and is written, and the exit code is the verdict's (0 for this A/A run), not

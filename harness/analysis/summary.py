@@ -44,6 +44,8 @@ def summarize(manifest: dict, frames: dict[str, pd.DataFrame]) -> Summary:
     else:
         result = _comparison(manifest, frames)
     result.doubts[:0] = left_out
+    if manifest.get("budget_stop"):
+        result.doubts.insert(0, manifest["budget_stop"])
     if not manifest.get("complete", False):
         result.doubts.insert(0, INCOMPLETE)
     return result

@@ -50,6 +50,13 @@ def _main(
     stall_timeout: float = s.STALL_TIMEOUT,
     shards: int = s.SHARDS,
     margin: float = typer.Option(0.05, min=0.0, help="No change: whole CI within +-this."),
+    time_budget: float | None = typer.Option(
+        None,
+        "--time-budget",
+        min=1.0,
+        help="Seconds the schedule may take: a block starts only if the longest so far still"
+        " fits; the blocks run are whole and compared.",
+    ),  # fmt: skip
     report: bool = typer.Option(False, "--report", help="Write report.md and plots too."),
     as_json: bool = s.AS_JSON,
     load_options: dict | None = None,
@@ -69,7 +76,7 @@ def _main(
     letters = schedule(blocks, abba)
     by_letter = {a.letter: a for a in arms}
     block_size = 4 if abba else 2
-    settings = {"stall_s": stall_timeout, "margin": margin}
+    settings = {"stall_s": stall_timeout, "margin": margin, "time_budget_s": time_budget}
     plan = load.plan(resolved, by_letter, letters, block_size, period, shards, **settings)
     rundir, complete, result = s.execute(plan, engines, console, out, overwrite, load.measured)
     if report:  # before the exit-code checks, so a regression still gets its report

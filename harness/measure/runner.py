@@ -89,6 +89,9 @@ class RunPlan:
     headers: dict[str, str] | None = None  # sent with every request (and /v1/models)
     chat: bool = False  # /v1/chat/completions instead of /v1/completions
     points: list[SlotLoad] | None = None  # a sweep: each slot's own load
+    # Seconds the schedule may take: a block starts only while the run's time so far plus
+    # its longest block yet fits (the first always runs); None: every block.
+    time_budget_s: float | None = None
 
     @property
     def api(self) -> str:
@@ -118,6 +121,7 @@ class RunPlan:
             "warmup": self.warmup,
             "period": self.period,
             "margin": self.margin,
+            "time_budget_s": self.time_budget_s,
             "untimed": list(self.untimed),
             "machine": machine(),
             "complete": False,
@@ -196,17 +200,46 @@ def execute(
     collector = SpanCollector()
     stop = _StopFlag()
     tally = Tally()
+    budget = _Budget(plan)
     try:
         with stop.installed():
             for slot, letter in enumerate(plan.letters):
                 if stop.set:
                     return False, tally
+                if slot % plan.block_size == 0 and not budget.fits_another_block(slot):
+                    rundir.update_manifest(budget_stop=budget.stop_note(slot))
+                    return True, tally  # whole blocks: a finished (shorter) schedule
                 _run_slot(plan, rundir, collector, slot, letter, show, stop, tally)
         return not stop.set, tally
     except Interrupted:
         return False, tally
     finally:
         collector.close()
+
+
+class _Budget:
+    """`--time-budget`: at each block's start, whether the run's time so far plus its longest
+    block yet still fits the budget. The cut falls between blocks, so every block that ran
+    is whole (its ABBA order intact) and the comparison stands on them."""
+
+    def __init__(self, plan: RunPlan):
+        self.plan, self.started = plan, time.monotonic()
+        self.block_started, self.longest = self.started, 0.0
+
+    def fits_another_block(self, slot: int) -> bool:
+        now = time.monotonic()
+        if slot:
+            self.longest = max(self.longest, now - self.block_started)
+        self.block_started = now
+        budget = self.plan.time_budget_s
+        return budget is None or slot == 0 or now - self.started + self.longest <= budget
+
+    def stop_note(self, slot: int) -> str:
+        done, planned = slot // self.plan.block_size, len(self.plan.letters) // self.plan.block_size
+        return (
+            f"the time budget ({self.plan.time_budget_s:g} s) ended the schedule after {done} of"
+            f" {planned} blocks (the longest took {self.longest:.0f} s)"
+        )
 
 
 def _run_slot(plan, rundir, collector, number, letter, show, stop, tally) -> None:
