@@ -88,8 +88,10 @@ for stage in "${stages[@]}"; do
         if (( SECONDS - began > ${EVIDENCE_UNTIL:-300} )); then echo "skipped $name"; continue; fi
         echo "== $name ($key) at $((SECONDS - began)) s"
         rm -rf "/tmp/ev-$name" "/tmp/ev-$name.log"  # a run directory must be new or empty
-        timeout ${EVIDENCE_TIMEOUT:-330} python3 -m harness run qwen35 -c 64 --abba --blocks 3 \
-          --report ${EVIDENCE_LOAD:---requests 128 --warmup 32} --out /tmp/ev-$name \
+        # --time-budget ends the schedule between whole blocks; the timeout only guards a hang
+        timeout $(( ${EVIDENCE_BUDGET:-300} + 150 )) python3 -m harness run qwen35 -c 64 --abba \
+          --blocks 3 --time-budget ${EVIDENCE_BUDGET:-300} --report \
+          ${EVIDENCE_LOAD:---requests 128 --warmup 32} --out /tmp/ev-$name \
           --arm "off=$key=$a" --arm "on=$key=$b" > /tmp/ev-$name.log 2>&1
         echo "exit $? after $((SECONDS - began)) s" | tee -a /tmp/ev-$name.log
         python3 scripts/run_counts.py /tmp/ev-$name >> /tmp/ev-$name.log 2>&1
