@@ -108,7 +108,8 @@ for stage in "${stages[@]}"; do
       # Orpheus 3b off vs on at c=64
       timeout 150 python3 -m pytest -m gpu -q -rA -s tests/test_gpu.py -k codec_graph 2>&1 \
         | tee "$OUT/codec_tests.log" \
-        && timeout 420 python3 -m harness run orpheus -c 64 --abba --requests 128 --warmup 16 \
+        && timeout 450 python3 -m harness run orpheus -c 64 --abba --requests 128 --warmup 16 \
+          --time-budget 330 \
           --arm off=engine.codec_graphs=false --arm on=engine.codec_graphs=true \
           --out /tmp/orpheus-codec 2>&1 | head -n 40 | tee "$OUT/orpheus_codec.log" ;;
   esac
