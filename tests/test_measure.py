@@ -249,6 +249,23 @@ def test_a_sweep_of_two_arms(mock_url, tmp_path):
 
 
 @pytest.mark.slow
+def test_a_sweep_under_a_time_budget_ends_between_loads(mock_url, tmp_path):
+    """`bench sweep --time-budget`: a load starts only while the time so far plus the longest
+    load yet fits; with a budget the first load fills, one of three runs and the curve is of
+    that one, the run complete (exit 0) and the doubts saying why."""
+    out = tmp_path / "sweep"
+    proc = bench(
+        "sweep", mock_url, "--concurrencies", "1,2,4", "--requests", "16", "--warmup", "2",
+        "--output-len", "64", "--time-budget", "1", "--out", str(out), "--json",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    assert [p["load"] for p in summary["points"]] == [1]
+    assert any("after 1 of 3 load points" in doubt for doubt in summary["doubts"])
+    assert json.loads((out / "manifest.json").read_text())["complete"]
+
+
+@pytest.mark.slow
 def test_bench_sweep_and_usage_errors(mock_url, tmp_path):
     out = tmp_path / "sweep"
     proc = bench(

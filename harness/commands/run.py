@@ -50,13 +50,7 @@ def _main(
     stall_timeout: float = s.STALL_TIMEOUT,
     shards: int = s.SHARDS,
     margin: float = typer.Option(0.05, min=0.0, help="No change: whole CI within +-this."),
-    time_budget: float | None = typer.Option(
-        None,
-        "--time-budget",
-        min=1.0,
-        help="Seconds the schedule may take: a block starts only if the longest so far still"
-        " fits; the blocks run are whole and compared.",
-    ),  # fmt: skip
+    time_budget: float | None = s.TIME_BUDGET,
     report: bool = typer.Option(False, "--report", help="Write report.md and plots too."),
     as_json: bool = s.AS_JSON,
     load_options: dict | None = None,

@@ -31,6 +31,13 @@ OVERWRITE = typer.Option(False, "--overwrite", help="Replace the run already in 
 STALL_TIMEOUT = typer.Option(
     STALL_S, min=1, help="Seconds without a finished request before a server has stalled."
 )
+TIME_BUDGET = typer.Option(
+    None,
+    "--time-budget",
+    min=1.0,
+    help="Seconds the schedule may take: a block (a sweep: a load) starts only if the longest"
+    " so far still fits; what ran is whole and summarised.",
+)
 AS_JSON = typer.Option(False, "--json", help="Print the summary as JSON.")
 URL_SCENARIO = typer.Option("qwen35", help="For a URL: the scenario whose load to send.")
 

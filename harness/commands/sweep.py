@@ -32,6 +32,7 @@ def main(
     out: Path | None = s.OUT,
     overwrite: bool = s.OVERWRITE,
     stall_timeout: float = s.STALL_TIMEOUT,
+    time_budget: float | None = s.TIME_BUDGET,
     as_json: bool = s.AS_JSON,
     load_options: dict | None = None,
 ) -> None:
@@ -68,8 +69,9 @@ def main(
         points = [SlotLoad(int(c)) for c in at]
     by_letter = {a.letter: a for a in arms}
     plan = load.plan(
-        resolved, by_letter, letters, len(arms), period, shards, points, stall_s=stall_timeout
-    )
+        resolved, by_letter, letters, len(arms), period, shards, points, stall_s=stall_timeout,
+        time_budget_s=time_budget,
+    )  # fmt: skip
     manifest = {
         "kind": "sweep",
         "axis": axis,

@@ -236,9 +236,10 @@ class _Budget:
 
     def stop_note(self, slot: int) -> str:
         done, planned = slot // self.plan.block_size, len(self.plan.letters) // self.plan.block_size
+        unit = "load points" if self.plan.points else "blocks"  # a sweep's block: one load
         return (
             f"the time budget ({self.plan.time_budget_s:g} s) ended the schedule after {done} of"
-            f" {planned} blocks (the longest took {self.longest:.0f} s)"
+            f" {planned} {unit} (the longest took {self.longest:.0f} s)"
         )
 
 
