@@ -264,14 +264,20 @@ def _gdn_chunked_kernel(
     tl.store(sptr, state.to(STATE.dtype.element_ty), mask=vmask[None, :])
 
 
+def _doublings(chunk: int) -> int:
+    """The block doublings of `_unit_lower_inverse` from its 8x8 blocks up to a chunk; the
+    chunk a power of two, 16 or more (tl.dot's smallest tile)."""
+    if chunk < 16 or chunk & (chunk - 1):
+        raise ValueError(f"chunk must be a power of two >= 16, got {chunk}")
+    return chunk.bit_length() - 4
+
+
 def gated_delta_chunked(
     qkv, a, b, A_log, dt_bias, ssm_state, meta, k_heads, k_dim, v_dim, chunk: int = 32
 ):
     """`gated_delta_recurrent`'s contract, a chunk at a time (one launch for every row); `chunk`
     a power of two, 16 or more."""
-    levels = chunk.bit_length() - 4  # doublings from the 8x8 blocks to the chunk
-    if chunk < 16 or chunk & (chunk - 1):
-        raise ValueError(f"chunk must be a power of two >= 16, got {chunk}")
+    levels = _doublings(chunk)
     return _launch(
         _gdn_chunked_kernel, qkv, a, b, A_log, dt_bias, ssm_state, meta, k_heads, k_dim, v_dim,
         C=chunk, LEVELS=levels,
@@ -465,8 +471,7 @@ def gated_delta_chunked_split(
     out = torch.empty((tokens, v_heads, v_dim), dtype=qkv.dtype, device=qkv.device)
     if not tokens:
         return out
-    if chunk < 16 or chunk & (chunk - 1):
-        raise ValueError(f"chunk must be a power of two >= 16, got {chunk}")
+    levels = _doublings(chunk)
     count, chunk_row, chunk_start, first = _chunk_tables(meta, chunk)
     device = qkv.device
     w = torch.empty((tokens, v_heads, k_dim), dtype=torch.float32, device=device)
@@ -478,7 +483,7 @@ def gated_delta_chunked_split(
     common = dict(DK=k_dim, DV=v_dim, C=chunk)
     _gdn_prepare_kernel[(count, v_heads)](
         qkv, a, b, A_log, dt_bias, chunk_row, chunk_start, meta.cu_seqlens, w, u, k_decayed, g,
-        qkv.stride(0), a.stride(0), k_heads, v_heads, LEVELS=chunk.bit_length() - 4, **common,
+        qkv.stride(0), a.stride(0), k_heads, v_heads, LEVELS=levels, **common,
     )  # fmt: skip
     _gdn_states_kernel[(meta.num_rows, v_heads, triton.cdiv(v_dim, bv))](
         w, u, k_decayed, g, ssm_state, h, meta.cu_seqlens, meta.cached, meta.state_slots, first,
