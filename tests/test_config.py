@@ -23,9 +23,9 @@ def test_overrides_are_typed():
         "qwen35", "tiny", parse_overrides("model.eos_token_ids=[5, 6],engine.mixing=true")
     )
     assert s.model.eos_token_ids == [5, 6] and s.engine.mixing is True
-    s = load_scenario("orpheus", "tiny", parse_overrides("engine.codec_graphs=true"))
-    assert s.engine.codec_graphs is True and s.to_dict()["engine"]["codec_graphs"] is True
-    assert load_scenario("orpheus", "3b").engine.codec_graphs is False  # until validated
+    s = load_scenario("orpheus", "tiny", parse_overrides("engine.codec_graphs=false"))
+    assert s.engine.codec_graphs is False and s.to_dict()["engine"]["codec_graphs"] is False
+    assert load_scenario("orpheus", "3b").engine.codec_graphs is True  # the default
 
 
 @pytest.mark.parametrize("name,size,overrides,message", [

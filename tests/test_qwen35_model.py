@@ -35,7 +35,11 @@ class Requests:
         for rid, tokens in new_tokens.items():
             if rid not in self.slot:
                 self.slot[rid] = self.cache.slots.take(1)[0]
-                self.cache.reset_slot(self.slot[rid])
+                # A used slot's leftovers, poisoned: a row with nothing cached must not read
+                # them (INVARIANTS 44), or NaN reaches its logits.
+                for conv, rec in zip(self.cache.conv_state, self.cache.ssm_state, strict=True):
+                    conv[self.slot[rid]] = float("nan")
+                    rec[self.slot[rid]] = float("nan")
                 self.pages[rid], self.cached[rid] = [], 0
             start, pages = self.cached[rid], self.pages[rid]
             pages += self.cache.pages.take(self.cache.pages_for(start + len(tokens)) - len(pages))

@@ -70,9 +70,3 @@ class KVCache:
 
     def pages_for(self, num_tokens: int) -> int:
         return -(-num_tokens // self.page_size)
-
-    def reset_slot(self, slot: int) -> None:
-        """A new request starts from a zero state."""
-        for conv, rec in zip(self.conv_state, self.ssm_state, strict=True):
-            conv[slot].zero_()
-            rec[slot].zero_()

@@ -149,7 +149,8 @@ class CudaOps:
             k.reshape(1, tokens, layer.k_heads, layer.k_dim),
             v.reshape(1, tokens, layer.v_heads, layer.v_dim),
             g=g[None], beta=beta[None], scale=layer.k_dim**-0.5,
-            initial_state=ssm_state[slots].float() * keep, output_final_state=True,
+            initial_state=torch.where(keep, ssm_state[slots].float(), 0.0),  # not NaN * 0
+            output_final_state=True,
             use_qk_l2norm_in_kernel=True, cu_seqlens=cu, cu_seqlens_cpu=cu_cpu,
         )  # fmt: skip
         ssm_state.index_copy_(0, slots, final.to(ssm_state.dtype))

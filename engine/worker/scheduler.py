@@ -81,8 +81,8 @@ class Scheduler:
                 return  # the oldest waits for memory; nobody overtakes it
             self.waiting.popleft()
             request.pages = self.cache.pages.take(pages)
+            # Not zeroed: a row with nothing cached never reads its slot (INVARIANTS 44).
             request.slot = self.cache.slots.take(1)[0]
-            self.cache.reset_slot(request.slot)
             self.running.append(request)
 
     def _free(self, request: Request) -> None:
