@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every GPU test and benchmark of the project, for one `device` run (see docs/BENCHMARKS.md):
-#   bash scripts/gpu_suite.sh STAGE...  STAGE: tests | quick | step | prefill | options | gdn | run |
-#   evidence | orpheus | codec | all
+#   bash scripts/gpu_suite.sh STAGE...  STAGE: tests | quick | step | prefill | options | mixed |
+#   gdn | run | evidence | orpheus | codec | all
 # with carry [".whl", ".jitcache"]. Logs go under $OUT (default ./gpu-out). JIT caches
 # (FlashInfer, Triton) are restored from .jitcache/ when present and saved to $OUT/jit-*.
 set -uo pipefail
@@ -66,6 +66,16 @@ for stage in "${stages[@]}"; do
         done
       done
       cat /tmp/profile_triton*.prefill_* > "$OUT/options_profiles.txt" ;;
+    mixed)  # mixed steps: the single-token rows on the recurrent kernel, the rest chunked
+      # (and gdn_prefill auto); its kernel tests and the piecewise replay test (whose mixed
+      # step has 8 decode rows), then prefill and mixed steps on auto
+      timeout 240 python3 -m pytest -m gpu -q -rA -s tests/test_gpu_kernels.py tests/test_gpu.py \
+        -k "gated_deltanet or 08b_piecewise_replay" 2>&1 | tee "$OUT/gpu_tests.log"
+      for mix in --no-mixing --mixing; do
+        timeout 100 python3 -m benchmarks.bench_gpu_step --batch 64 --context 512 --steps 5 \
+          --graphs --piecewise $mix --gdn-prefill ${MIXED_GDN:-auto} --prefill 1x384 4x256 1x1536 \
+          2>&1 | grep -E "step,|Error|error" | tee -a "$OUT/bench_step.log"
+      done ;;
     gdn)  # our chunked Gated DeltaNet kernel: its tests, then a prefill step on it (profiled)
       timeout 300 python3 -m pytest -m gpu -q -rA tests/test_gpu_kernels.py tests/test_gpu.py \
         -k "${GDN_TESTS:-gated_deltanet or orpheus}" 2>&1 | tee "$OUT/gpu_tests.log"
