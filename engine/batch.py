@@ -42,7 +42,9 @@ class ForwardBatch:
     last_index: torch.Tensor | None = None  # [R] int32, staged last_token_index
     host: HostLayout | None = None
     feed_index: torch.Tensor | None = None  # [T] int32, -1 or an index into the fed tokens
-    gdn_chunks: tuple | None = None  # (chunk, tables) of the split GDN kernel, its 1st layer's
+    # Kept by the Gated DeltaNet kernels at the step's first layer (engine/kernels/triton_gdn.py):
+    gdn_chunks: tuple | None = None  # ((chunk, row0), tables) of the split kernel
+    gdn_one_token_rows: int | None = None  # how many leading rows have one new token
 
     def __post_init__(self) -> None:
         if (

@@ -50,8 +50,9 @@ class EngineConfig:
     cuda_graphs: bool = True
     # The Gated DeltaNet kernel of bf16/fp16 prefill and mixed steps on the CUDA kernels:
     # "triton" (ours, engine/kernels/triton_gdn.py, one launch a layer), "triton_split" (ours
-    # in three launches, a short serial part) or "fla" (flash-linear-attention's chunked
-    # kernel, ~9 launches a layer).
+    # in three launches, a short serial part), "auto" (per step: triton_split when the longest
+    # row is 512 tokens or more, else triton) or "fla" (flash-linear-attention's chunked
+    # kernel, ~9 launches a layer). Ours run a mixed step's decode rows through the recurrence.
     gdn_prefill: str = "triton"
     # The storage of the recurrent (Gated DeltaNet) state slots: "float32", or "bfloat16",
     # which halves a decode step's state traffic (vLLM's default keeps it in the model's

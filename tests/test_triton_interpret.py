@@ -1,7 +1,8 @@
 """Our Gated DeltaNet Triton kernels in Triton's interpreter on the CPU, against the torch
-reference (engine/layers/gated_delta.py): the recurrence and the chunked kernel, fp32, rows
+reference (engine/layers/gated_delta.py): the recurrence and the chunked kernels, fp32, rows
 of one token to a few chunks, fresh and continuing (their slot's state), chunk sizes 16 to 64,
-and the slots no row names left alone.
+and the slots no row names left alone; and a prefill or mixed step's dispatch
+(`gated_delta_prefill`: leading one-token rows recurrent, the rest chunked, into one output).
 
 Needs the `triton` package (not a CPU dependency of the project: where it is missing, as in
 CI, the test skips); the interpreter runs in a subprocess, since TRITON_INTERPRET must be set
@@ -20,7 +21,9 @@ import pytest
 
 pytest.importorskip("triton")
 
-CHECK = r"""
+# What both Gated DeltaNet checks run after: the step's metadata and the torch reference, row
+# by row, of the outputs and the final states of the slots the rows name.
+REFERENCE = r"""
 import json
 from types import SimpleNamespace
 import torch
@@ -28,14 +31,37 @@ from engine.kernels import triton_gdn
 from engine.layers.gated_delta import gdn_gates, torch_gated_delta_rule_recurrent
 
 HK, HV, DK, DV = 2, 4, 16, 32
+
+
+def step(lengths, cached, slots):
+    cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
+    return SimpleNamespace(
+        num_rows=len(lengths), num_new=list(lengths), cu_seqlens=cu,
+        cached=torch.tensor(cached, dtype=torch.int32),
+        state_slots=torch.tensor(slots, dtype=torch.int32),
+    )
+
+
+def reference(qkv, a, b, A_log, dt_bias, state0, meta):
+    g, beta = gdn_gates(a, b, A_log, dt_bias)
+    want, want_state = torch.empty(qkv.shape[0], HV, DV), state0.clone()
+    cu, slots = meta.cu_seqlens, meta.state_slots.tolist()
+    for r, n in enumerate(meta.num_new):
+        s, e = cu[r].item(), cu[r + 1].item()
+        q, k, v = qkv[s:e].split((HK * DK, HK * DK, HV * DV), -1)
+        init = state0[slots[r] : slots[r] + 1] if meta.cached[r] else torch.zeros(1, HV, DK, DV)
+        o, final = torch_gated_delta_rule_recurrent(
+            q.reshape(1, n, HK, DK), k.reshape(1, n, HK, DK), v.reshape(1, n, HV, DV),
+            g[None, s:e], beta[None, s:e], init,
+        )
+        want[s:e], want_state[slots[r]] = o[0], final[0]
+    return want, want_state
+"""
+
+CHECK = r"""
 lengths, cached, slots = [1, 5, 33, 70], [0, 3, 0, 7], [3, 0, 5, 2]
 T = sum(lengths)
-cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
-meta = SimpleNamespace(
-    num_rows=len(lengths), num_new=lengths, cu_seqlens=cu,
-    cached=torch.tensor(cached, dtype=torch.int32),
-    state_slots=torch.tensor(slots, dtype=torch.int32),
-)
+meta = step(lengths, cached, slots)
 report = {}
 # "fast": strong decay, independent keys. "slow": little decay and keys close to one shared
 # direction, so a chunk's corrections reach across all its tokens (the solve's far terms).
@@ -46,17 +72,7 @@ for regime, (lo, hi), shared in (("fast", (0, 2.7), 0.0), ("slow", (-7, -5), 1.0
   a, b = torch.randn(T, HV), torch.randn(T, HV) + 2 * shared
   A_log, dt_bias = torch.empty(HV).uniform_(lo, hi), torch.randn(HV) * 0.5
   state0 = torch.randn(6, HV, DK, DV) * 0.3
-  g, beta = gdn_gates(a, b, A_log, dt_bias)
-  want, want_state = torch.empty(T, HV, DV), state0.clone()
-  for r, n in enumerate(lengths):
-      s, e = cu[r].item(), cu[r + 1].item()
-      q, k, v = qkv[s:e].split((HK * DK, HK * DK, HV * DV), -1)
-      init = state0[slots[r] : slots[r] + 1] if cached[r] else torch.zeros(1, HV, DK, DV)
-      o, final = torch_gated_delta_rule_recurrent(
-          q.reshape(1, n, HK, DK), k.reshape(1, n, HK, DK), v.reshape(1, n, HV, DV),
-          g[None, s:e], beta[None, s:e], init,
-      )
-      want[s:e], want_state[slots[r]] = o[0], final[0]
+  want, want_state = reference(qkv, a, b, A_log, dt_bias, state0, meta)
   runs = [("recurrent", triton_gdn.gated_delta_recurrent, {})]
   runs += [(f"chunked{c}", triton_gdn.gated_delta_chunked, {"chunk": c}) for c in (16, 32, 64)]
   runs += [(f"split{c}", triton_gdn.gated_delta_chunked_split, {"chunk": c}) for c in (16, 32, 64)]
@@ -68,6 +84,44 @@ for regime, (lo, hi), shared in (("fast", (0, 2.7), 0.0), ("slow", (-7, -5), 1.0
           "state": (state - want_state).abs().max().item(),
           "others_untouched": torch.equal(state[[1, 4]], state0[[1, 4]]),
       }
+print(json.dumps(report))
+"""
+
+# Prefill and mixed steps through `gated_delta_prefill`: a leading run of one-token rows (a
+# mixed step's decode rows, their slots holding states) through the recurrence, the rest
+# chunked: rows past a chunk, continuing a slot and fresh, and a later one-token row, which
+# stays chunked. Also a step of one-token rows alone and one with none leading. `auto-split`
+# lowers SPLIT_FROM_TOKENS so that `auto` takes the split kernel on these short rows.
+MIXED_CHECK = r"""
+steps = {
+    "mixed": ([1, 1, 1, 40, 5, 1, 20], [4, 9, 2, 0, 6, 3, 0], [3, 0, 7, 5, 2, 8, 6]),
+    "one-token-rows": ([1, 1, 1], [3, 0, 2], [3, 0, 7]),
+    "no-prefix": ([40, 1, 7], [0, 3, 5], [5, 3, 2]),
+}
+kinds = {"triton": "triton", "triton_split": "triton_split", "auto": "auto", "auto-split": "auto"}
+torch.manual_seed(0)
+report = {}
+for name, (lengths, cached, slots) in steps.items():
+    T = sum(lengths)
+    qkv = torch.randn(T, 2 * HK * DK + HV * DV)
+    a, b = torch.randn(T, HV), torch.randn(T, HV)
+    A_log, dt_bias = torch.empty(HV).uniform_(-2, 1), torch.randn(HV) * 0.5
+    state0 = torch.randn(10, HV, DK, DV) * 0.3
+    want, want_state = reference(qkv, a, b, A_log, dt_bias, state0, step(lengths, cached, slots))
+    for label, kind in kinds.items():
+        triton_gdn.SPLIT_FROM_TOKENS = 32 if label == "auto-split" else 512
+        state = state0.clone()
+        meta = step(lengths, cached, slots)
+        out = triton_gdn.gated_delta_prefill(kind, qkv, a, b, A_log, dt_bias, state, meta, HK, DK, DV)
+        report[f"{name}-{label}"] = {
+            "out": (out - want).abs().max().item(),
+            "state": (state - want_state).abs().max().item(),
+            "others_untouched": all(
+                torch.equal(state[s], state0[s]) for s in range(10) if s not in slots
+            ),
+            "one_token_rows": meta.gdn_one_token_rows,
+            "split_tables": getattr(meta, "gdn_chunks", None) is not None,
+        }
 print(json.dumps(report))
 """
 
@@ -141,12 +195,31 @@ def _interpret(script: str) -> dict:
 
 
 def test_gated_deltanet_kernels_in_the_interpreter_equal_the_reference():
-    report = _interpret(CHECK)
+    report = _interpret(REFERENCE + CHECK)
     kernels = {"recurrent"} | {f"{k}{c}" for k in ("chunked", "split") for c in (16, 32, 64)}
     assert set(report) == {f"{r}-{k}" for r in ("fast", "slow") for k in kernels}
     for name, result in report.items():
         assert result["out"] < 1e-5 and result["state"] < 1e-5, (name, result)
         assert result["others_untouched"], name
+
+
+def test_prefill_dispatch_splits_a_leading_run_of_one_token_rows_off_to_the_recurrence():
+    """A mixed step's decode rows (the leading one-token rows) through the recurrence, the other
+    rows through each chunked kind into the same output: outputs and final states equal the
+    reference, other slots untouched; `auto` takes the split kernel only past its threshold."""
+    report = _interpret(REFERENCE + MIXED_CHECK)
+    steps, kinds = ("mixed", "one-token-rows", "no-prefix"), ("triton", "triton_split", "auto")
+    assert set(report) == {f"{s}-{k}" for s in steps for k in (*kinds, "auto-split")}
+    for name, result in report.items():
+        assert result["out"] < 1e-5 and result["state"] < 1e-5, (name, result)
+        assert result["others_untouched"], name
+    leading = {"mixed": 3, "one-token-rows": 3, "no-prefix": 0}
+    for step, count in leading.items():
+        for kind in (*kinds, "auto-split"):
+            result = report[f"{step}-{kind}"]
+            assert result["one_token_rows"] == count, (step, kind)
+            split = kind in ("triton_split", "auto-split") and step != "one-token-rows"
+            assert result["split_tables"] == split, (step, kind)
 
 
 def test_conv_kernels_in_the_interpreter_equal_the_reference():

@@ -16,7 +16,8 @@ from engine.config import ConfigError
 from engine.kernels.torch_ops import TORCH_OPS
 
 BACKENDS = ("auto", "torch", "cuda")
-GDN_PREFILL = ("fla", "triton", "triton_split")  # the Gated DeltaNet kernel of prefill steps
+# The Gated DeltaNet kernel of prefill and mixed steps (engine.gdn_prefill)
+GDN_PREFILL = ("fla", "triton", "triton_split", "auto")
 
 
 def resolve_backend(name: str, device: torch.device) -> str:

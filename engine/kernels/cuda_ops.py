@@ -8,9 +8,11 @@
 - Gated DeltaNet: the conv and, for decode steps and fp32, the recurrence run on our Triton
   kernels in place on the state pool (triton_gdn.py); bf16/fp16 prefill and mixed steps run
   our chunked kernel, in place, one launch a layer (`gdn_prefill="triton"`, the default), or
-  in three launches with a short serial part (`"triton_split"`), or flash-linear-attention's
-  over every row at once (varlen, `"fla"`), states gathered from and written back to the pool
-  once per layer.
+  in three launches with a short serial part (`"triton_split"`), or whichever of the two suits
+  the step's longest row (`"auto"`), a mixed step's leading decode rows through the
+  recurrence beside it (`triton_gdn.gated_delta_prefill`); or flash-linear-attention's over
+  every row at once (varlen, `"fla"`), states gathered from and written back to the pool once
+  per layer.
 - Sampling: FlashInfer (gpu_sampler.py).
 """
 
@@ -26,11 +28,6 @@ from engine.layers.attention import Attention, GatedAttention, torch_paged_atten
 from engine.layers.gated_delta import GatedDeltaNet, gdn_gates
 from engine.layers.norm import GatedRMSNorm, RMSNorm
 from engine.layers.rotary import apply_rotary
-
-_CHUNKED = {
-    "triton": triton_gdn.gated_delta_chunked,
-    "triton_split": triton_gdn.gated_delta_chunked_split,
-}
 
 
 def _pack(linears: tuple[nn.Linear, ...]) -> torch.Tensor:
@@ -130,14 +127,12 @@ class CudaOps:
     def linear_attention(self, layer: GatedDeltaNet, mixed, a, b, conv_state, ssm_state, batch):
         weight = layer.conv1d.weight[:, 0, :]
         qkv = triton_gdn.causal_conv(mixed, weight, conv_state, batch)
-        if not self._chunked or self.gdn_prefill != "fla":
-            kernel = triton_gdn.gated_delta_recurrent
-            if self._chunked:
-                kernel = _CHUNKED[self.gdn_prefill]
-            return kernel(
-                qkv, a, b, layer.A_log, layer.dt_bias, ssm_state, batch,
-                layer.k_heads, layer.k_dim, layer.v_dim,
-            )  # fmt: skip
+        args = (qkv, a, b, layer.A_log, layer.dt_bias, ssm_state, batch)
+        shape = (layer.k_heads, layer.k_dim, layer.v_dim)
+        if not self._chunked:
+            return triton_gdn.gated_delta_recurrent(*args, *shape)
+        if self.gdn_prefill != "fla":
+            return triton_gdn.gated_delta_prefill(self.gdn_prefill, *args, *shape)
         from fla.ops.gated_delta_rule import chunk_gated_delta_rule
 
         slots, keep, cu, cu_cpu = self._step

@@ -60,7 +60,8 @@ def _recording(launches: list):
 
 def record_launches(dtype: torch.dtype) -> list[tuple]:
     """(kernel, positional args, constexprs) of every launch the wrappers make for one prefill
-    step of 3 rows (1, 5 and 64 tokens) at 0.8b's shapes, activations in `dtype`."""
+    step of 3 rows (1, 5 and 64 tokens) at 0.8b's shapes, activations in `dtype`, each Gated
+    DeltaNet kernel from row 0 and, as a mixed step's dispatch launches it, from row 1."""
     launches: list = []
     with _recording(launches):
         _run_wrappers(dtype)
@@ -102,6 +103,8 @@ def _run_wrappers(dtype: torch.dtype) -> None:
     for chunk in (16, 32, 64):
         for kernel in (triton_gdn.gated_delta_chunked, triton_gdn.gated_delta_chunked_split):
             kernel(mixed, ab, ab, *gates, state, meta, k_heads, dim, dim, chunk=chunk)
+    for kind in ("triton", "triton_split"):  # row 0 (1 token) recurrent, the rest from ROW0=1
+        triton_gdn.gated_delta_prefill(kind, mixed, ab, ab, *gates, state, meta, k_heads, dim, dim)
 
 
 def source(kernel, args, constexprs) -> ASTSource:

@@ -14,6 +14,11 @@ slot index: no gather of a batch's states, no scatter back.
   8x8 diagonal blocks at once, then log2(C/8) block doublings), the state carried in
   registers from chunk to chunk. The grid depends on the row count alone, so a prefill step pays one
   launch where flash-linear-attention's chunked kernel pays about nine and its wrappers.
+- `gated_delta_chunked_split`: the same in three launches (prepare, states, outputs), whose
+  serial part is two tile products a chunk.
+- `gated_delta_prefill`: a prefill or mixed step's dispatch: the leading rows of one new token
+  (a mixed step's decode rows) through the recurrence, the rest through a chunked kernel
+  (`triton`, `triton_split`, or `auto`: the split one for rows of SPLIT_FROM_TOKENS or more).
 
 Layouts follow the torch reference (engine/layers/gated_delta.py): conv state
 [slots, channels, kernel-1], recurrent state [slots, heads, k_dim, v_dim] (fp32, or bf16 with
@@ -135,12 +140,13 @@ def causal_conv(x, weight, conv_state, meta) -> torch.Tensor:
 
 @triton.jit
 def _row_state_tile(
-    STATE, CU, CACHED, SLOTS, HV, DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr
+    STATE, CU, CACHED, SLOTS, ROW0, HV, DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr
 ):
-    """A (row, value head, value block) program's row and head, its row's tokens [start, end),
-    its value columns, and its fp32 state tile [DK, BV] read from the row's slot (zeros for a
-    row with nothing cached) with the pointers to store it back through."""
-    row, h, vb = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    """A (row, value head, value block) program's row (ROW0 on from the grid's first) and head,
+    its row's tokens [start, end), its value columns, and its fp32 state tile [DK, BV] read
+    from the row's slot (zeros for a row with nothing cached) with the pointers to store it
+    back through."""
+    row, h, vb = tl.program_id(0) + ROW0, tl.program_id(1), tl.program_id(2)
     start = tl.load(CU + row)
     end = tl.load(CU + row + 1)
     keep = tl.load(CACHED + row) > 0
@@ -156,11 +162,11 @@ def _row_state_tile(
 @triton.jit
 def _gdn_recurrent_kernel(
     QKV, A, B, A_LOG, DT_BIAS, STATE, OUT, CU, CACHED, SLOTS,
-    stride_t, stride_ab, HK, HV, scale,
+    ROW0, stride_t, stride_ab, HK, HV, scale,
     DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr,
 ):  # fmt: skip
     _, h, start, end, vd, vmask, sptr, state = _row_state_tile(
-        STATE, CU, CACHED, SLOTS, HV, DK, DV, BV
+        STATE, CU, CACHED, SLOTS, ROW0, HV, DK, DV, BV
     )
     hk = h // (HV // HK)  # each q/k head serves consecutive value heads
     kd = tl.arange(0, DK)
@@ -185,24 +191,40 @@ def _gdn_recurrent_kernel(
     tl.store(sptr, state.to(STATE.dtype.element_ty), mask=vmask[None, :])
 
 
-def gated_delta_recurrent(qkv, a, b, A_log, dt_bias, ssm_state, meta, k_heads, k_dim, v_dim):
+def gated_delta_recurrent(
+    qkv, a, b, A_log, dt_bias, ssm_state, meta, k_heads, k_dim, v_dim,
+    row0: int = 0, rows: int | None = None, out: torch.Tensor | None = None,
+):  # fmt: skip
     """qkv [T, 2*Hk*K + Hv*V] (the conv's output, [q | k | v]); a, b [T, Hv] (rows may be
-    strided). Returns o [T, Hv, V] in qkv's dtype; each row's slot of ssm_state is updated."""
+    strided). Returns o [T, Hv, V] in qkv's dtype; each row's slot of ssm_state is updated.
+    `rows` rows from `row0` (default: every row from `row0` on) run, their tokens written into
+    `out` where given (the other rows' tokens are left as they are)."""
     return _launch(
-        _gdn_recurrent_kernel, qkv, a, b, A_log, dt_bias, ssm_state, meta, k_heads, k_dim, v_dim
-    )
+        _gdn_recurrent_kernel, qkv, a, b, A_log, dt_bias, ssm_state, meta, k_heads, k_dim, v_dim,
+        row0, rows, out,
+    )  # fmt: skip
 
 
-def _launch(kernel, qkv, a, b, A_log, dt_bias, ssm_state, meta, k_heads, k_dim, v_dim, **const):
-    """One launch of a Gated DeltaNet kernel: a program per (row, value head, value block)."""
-    tokens = qkv.shape[0]
+def _output(qkv, v_heads: int, v_dim: int, out: torch.Tensor | None) -> torch.Tensor:
+    if out is None:
+        out = torch.empty((qkv.shape[0], v_heads, v_dim), dtype=qkv.dtype, device=qkv.device)
+    return out
+
+
+def _launch(
+    kernel, qkv, a, b, A_log, dt_bias, ssm_state, meta, k_heads, k_dim, v_dim,
+    row0: int, rows: int | None, out: torch.Tensor | None, **const,
+):  # fmt: skip
+    """One launch of a Gated DeltaNet kernel: a program per (row, value head, value block) for
+    `rows` rows from `row0`."""
     v_heads = a.shape[1]
-    out = torch.empty((tokens, v_heads, v_dim), dtype=qkv.dtype, device=qkv.device)
+    out = _output(qkv, v_heads, v_dim, out)
+    rows = meta.num_rows - row0 if rows is None else rows
     bv = min(32, triton.next_power_of_2(v_dim))
-    if tokens:
-        kernel[(meta.num_rows, v_heads, triton.cdiv(v_dim, bv))](
+    if qkv.shape[0] and rows:
+        kernel[(rows, v_heads, triton.cdiv(v_dim, bv))](
             qkv, a, b, A_log, dt_bias, ssm_state, out, meta.cu_seqlens, meta.cached,
-            meta.state_slots, qkv.stride(0), a.stride(0), k_heads, v_heads, k_dim**-0.5,
+            meta.state_slots, row0, qkv.stride(0), a.stride(0), k_heads, v_heads, k_dim**-0.5,
             DK=k_dim, DV=v_dim, BV=bv, **const,
         )  # fmt: skip
     return out
@@ -211,12 +233,12 @@ def _launch(kernel, qkv, a, b, A_log, dt_bias, ssm_state, meta, k_heads, k_dim, 
 @triton.jit
 def _gdn_chunked_kernel(
     QKV, A, B, A_LOG, DT_BIAS, STATE, OUT, CU, CACHED, SLOTS,
-    stride_t, stride_ab, HK, HV, scale,
+    ROW0, stride_t, stride_ab, HK, HV, scale,
     DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr, C: tl.constexpr,
     LEVELS: tl.constexpr,
 ):  # fmt: skip
     _, h, start, end, vd, vmask, sptr, state = _row_state_tile(
-        STATE, CU, CACHED, SLOTS, HV, DK, DV, BV
+        STATE, CU, CACHED, SLOTS, ROW0, HV, DK, DV, BV
     )  # state [DK, BV]
     hk = h // (HV // HK)
     kd = tl.arange(0, DK)
@@ -273,14 +295,15 @@ def _doublings(chunk: int) -> int:
 
 
 def gated_delta_chunked(
-    qkv, a, b, A_log, dt_bias, ssm_state, meta, k_heads, k_dim, v_dim, chunk: int = 32
-):
-    """`gated_delta_recurrent`'s contract, a chunk at a time (one launch for every row); `chunk`
-    a power of two, 16 or more."""
+    qkv, a, b, A_log, dt_bias, ssm_state, meta, k_heads, k_dim, v_dim, chunk: int = 32,
+    row0: int = 0, out: torch.Tensor | None = None,
+):  # fmt: skip
+    """`gated_delta_recurrent`'s contract for the rows from `row0` on, a chunk at a time (one
+    launch for them all); `chunk` a power of two, 16 or more."""
     levels = _doublings(chunk)
     return _launch(
         _gdn_chunked_kernel, qkv, a, b, A_log, dt_bias, ssm_state, meta, k_heads, k_dim, v_dim,
-        C=chunk, LEVELS=levels,
+        row0, None, out, C=chunk, LEVELS=levels,
     )  # fmt: skip
 
 
@@ -378,11 +401,11 @@ def _unit_lower_inverse(lower, count, C: tl.constexpr, LEVELS: tl.constexpr):
 
 @triton.jit
 def _gdn_states_kernel(
-    W, U, KD, G, STATE, H, CU, CACHED, SLOTS, FIRST_CHUNK, HV,
+    W, U, KD, G, STATE, H, CU, CACHED, SLOTS, FIRST_CHUNK, ROW0, HV,
     DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr, C: tl.constexpr,
 ):  # fmt: skip
     row, h, start, end, vd, vmask, sptr, state = _row_state_tile(
-        STATE, CU, CACHED, SLOTS, HV, DK, DV, BV
+        STATE, CU, CACHED, SLOTS, ROW0, HV, DK, DV, BV
     )  # state [DK, BV]
     first = tl.load(FIRST_CHUNK + row)
     ci = tl.arange(0, C)
@@ -440,39 +463,42 @@ def _gdn_outputs_kernel(
     tl.store(optr, out.to(OUT.dtype.element_ty), mask=live[:, None] & vmask[None, :])
 
 
-def _chunk_tables(meta, chunk: int):
-    """The step's chunks of `chunk` tokens, built once a step (the first layer) and kept on
-    `meta`: their count (from the host's row lengths), and on the device each chunk's row and
-    first token, and each row's first chunk."""
+def _chunk_tables(meta, chunk: int, row0: int):
+    """The chunks of `chunk` tokens of the step's rows from `row0` on, built once a step (the
+    first layer) and kept on `meta`: their count (from the host's row lengths), and on the
+    device each chunk's row and first token, and each row's first chunk (rows before `row0`
+    have none)."""
     kept = getattr(meta, "gdn_chunks", None)
-    if kept is not None and kept[0] == chunk:
+    if kept is not None and kept[0] == (chunk, row0):
         return kept[1]
-    count = sum(-(-n // chunk) for n in meta.num_new)
+    count = sum(-(-n // chunk) for n in meta.num_new[row0:])
     cu = meta.cu_seqlens
     per_row = (cu[1:] - cu[:-1] + chunk - 1) // chunk
+    per_row[:row0] = 0
     first = torch.cumsum(per_row, 0) - per_row
     rows = torch.arange(len(per_row), device=cu.device)
     chunk_row = torch.repeat_interleave(rows, per_row, output_size=count)
     within = torch.arange(count, device=cu.device) - first[chunk_row]
     chunk_start = cu[chunk_row] + within * chunk
     tables = (count, chunk_row.to(torch.int32), chunk_start.to(torch.int32), first.to(torch.int32))
-    meta.gdn_chunks = (chunk, tables)
+    meta.gdn_chunks = ((chunk, row0), tables)
     return tables
 
 
 def gated_delta_chunked_split(
-    qkv, a, b, A_log, dt_bias, ssm_state, meta, k_heads, k_dim, v_dim, chunk: int = 32
-):
+    qkv, a, b, A_log, dt_bias, ssm_state, meta, k_heads, k_dim, v_dim, chunk: int = 32,
+    row0: int = 0, out: torch.Tensor | None = None,
+):  # fmt: skip
     """`gated_delta_chunked`'s contract in three launches (prepare, states, outputs), whose
     serial part is two tile products a chunk; `meta` also needs `num_new` (host row lengths).
     Scratch: fp32 W, K', U [T, Hv, K|V] and the state before each chunk [chunks, Hv, K, V]."""
     tokens = qkv.shape[0]
     v_heads = a.shape[1]
-    out = torch.empty((tokens, v_heads, v_dim), dtype=qkv.dtype, device=qkv.device)
-    if not tokens:
+    out = _output(qkv, v_heads, v_dim, out)
+    if not tokens or row0 == meta.num_rows:
         return out
     levels = _doublings(chunk)
-    count, chunk_row, chunk_start, first = _chunk_tables(meta, chunk)
+    count, chunk_row, chunk_start, first = _chunk_tables(meta, chunk, row0)
     device = qkv.device
     w = torch.empty((tokens, v_heads, k_dim), dtype=torch.float32, device=device)
     k_decayed = torch.empty_like(w)
@@ -485,12 +511,53 @@ def gated_delta_chunked_split(
         qkv, a, b, A_log, dt_bias, chunk_row, chunk_start, meta.cu_seqlens, w, u, k_decayed, g,
         qkv.stride(0), a.stride(0), k_heads, v_heads, LEVELS=levels, **common,
     )  # fmt: skip
-    _gdn_states_kernel[(meta.num_rows, v_heads, triton.cdiv(v_dim, bv))](
+    _gdn_states_kernel[(meta.num_rows - row0, v_heads, triton.cdiv(v_dim, bv))](
         w, u, k_decayed, g, ssm_state, h, meta.cu_seqlens, meta.cached, meta.state_slots, first,
-        v_heads, BV=bv, **common,
+        row0, v_heads, BV=bv, **common,
     )  # fmt: skip
     _gdn_outputs_kernel[(count, v_heads, triton.cdiv(v_dim, bv))](
         qkv, a, b, A_log, dt_bias, chunk_row, chunk_start, meta.cu_seqlens, u, h, out,
         qkv.stride(0), a.stride(0), k_heads, v_heads, k_dim**-0.5, BV=bv, **common,
     )  # fmt: skip
     return out
+
+
+# `auto`'s choice, made per step on the host from the longest chunked row. Measured on the
+# H200: at 384-token rows the one launch wins, the split's three launches costing host time
+# (9.2 against 11.0 ms a step); at 1536-token rows the split's short serial chain wins twice
+# over (12.6 against 25.9 ms). The threshold lies between, nearer the short end.
+SPLIT_FROM_TOKENS = 512
+
+_CHUNKED = {"triton": gated_delta_chunked, "triton_split": gated_delta_chunked_split}
+PREFILL_KINDS = (*_CHUNKED, "auto")
+
+
+def _one_token_rows(meta) -> int:
+    """How many of the step's leading rows have one new token (the scheduler puts decode rows
+    first), counted once a step and kept on `meta` (`gdn_one_token_rows`)."""
+    kept = getattr(meta, "gdn_one_token_rows", None)
+    if kept is None:
+        kept = next((r for r, n in enumerate(meta.num_new) if n != 1), meta.num_rows)
+        meta.gdn_one_token_rows = kept
+    return kept
+
+
+def gated_delta_prefill(
+    kind: str, qkv, a, b, A_log, dt_bias, ssm_state, meta, k_heads, k_dim, v_dim
+) -> torch.Tensor:
+    """`gated_delta_recurrent`'s contract for a prefill or mixed step: the leading rows of one
+    new token (a mixed step's decode rows) through the recurrence, which costs them a token's
+    work instead of a whole chunk's program, and the rest through the chunked kernel `kind`
+    (PREFILL_KINDS; `auto`: the split one when the longest row is SPLIT_FROM_TOKENS or more),
+    both writing into one output. Rows of one token later in the batch stay chunked."""
+    if kind not in PREFILL_KINDS:
+        raise ValueError(f"kind must be one of {', '.join(PREFILL_KINDS)}, got {kind!r}")
+    args = (qkv, a, b, A_log, dt_bias, ssm_state, meta, k_heads, k_dim, v_dim)
+    single = _one_token_rows(meta)
+    out = gated_delta_recurrent(*args, rows=single)
+    if single == meta.num_rows:
+        return out
+    if kind == "auto":
+        long = max(meta.num_new[single:]) >= SPLIT_FROM_TOKENS
+        kind = "triton_split" if long else "triton"
+    return _CHUNKED[kind](*args, row0=single, out=out)
