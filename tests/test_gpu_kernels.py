@@ -110,7 +110,7 @@ def _gdn_layer(dtype, heads=16, dim=128):
     return layer.to(CUDA, dtype)
 
 
-@pytest.mark.parametrize("gdn_prefill", ["fla", "triton", "triton_split"])
+@pytest.mark.parametrize("gdn_prefill", ["fla", "triton", "triton_split", "auto"])
 @pytest.mark.parametrize(
     ("dtype", "state_dtype"),
     [(torch.float32, torch.float32), (torch.bfloat16, torch.float32),
@@ -118,10 +118,12 @@ def _gdn_layer(dtype, heads=16, dim=128):
     ids=["fp32", "bf16", "bf16-state-bf16"],
 )  # fmt: skip
 def test_gated_deltanet_prefill_then_decode_equals_the_reference(dtype, state_dtype, gdn_prefill):
-    """Prefill rows of mixed lengths (one continuing a chunked prefill), then two decode steps
-    that continue the prefill's state: outputs and both state pools agree. bf16 prefill runs
-    fla's chunked kernel or ours (`gdn_prefill`); fp32 runs our recurrence either way. The
-    state pool in fp32 or in bf16 (`engine.state_dtype`), the reference's likewise."""
+    """Prefill rows of mixed lengths (one continuing a chunked prefill), a mixed step (two
+    one-token rows, then a 40-token chunk: our kernels run the leading one-token rows on the
+    recurrence and the rest chunked), then a decode step, each continuing the last one's
+    state: outputs and both state pools agree. bf16 prefill runs fla's chunked kernel or ours
+    (`gdn_prefill`); fp32 runs our recurrence either way. The state pool in fp32 or in bf16
+    (`engine.state_dtype`), the reference's likewise."""
     layer = _gdn_layer(dtype)
     model = torch.nn.ModuleDict({"l": layer})
     ops = CudaOps(model, CUDA, page_size=16, gdn_prefill=gdn_prefill)
@@ -135,7 +137,7 @@ def test_gated_deltanet_prefill_then_decode_equals_the_reference(dtype, state_dt
     }
     pools["ker"] = tuple(t.clone() for t in pools["ref"])
     slots = [5, 2, 7]
-    steps = [([0, 40, 0], [130, 9, 1]), ([130, 49, 1], [1, 1, 1]), ([131, 50, 2], [1, 1, 1])]
+    steps = [([0, 40, 0], [130, 9, 1]), ([130, 49, 1], [1, 1, 40]), ([131, 50, 41], [1, 1, 1])]
     for cached, new in steps:
         batch = _batch(cached, new, slots, [list(range(10))] * 3, 16)
         x = torch.randn(sum(new), 1024, device=CUDA, dtype=dtype)
