@@ -70,7 +70,7 @@ for stage in "${stages[@]}"; do
       # (and gdn_prefill auto); its kernel tests and the piecewise replay test (whose mixed
       # step has 8 decode rows), then prefill and mixed steps on auto
       timeout 220 python3 -m pytest -m gpu -q -rA -s tests/test_gpu_kernels.py tests/test_gpu.py \
-        -k "gated_deltanet or 08b_piecewise_replay" 2>&1 | tee "$OUT/gpu_tests.log"
+        -k "gated_deltanet_prefill_then_decode or 08b_piecewise_replay" 2>&1 | tee "$OUT/gpu_tests.log"
       for mix in --no-mixing --mixing; do
         timeout 90 python3 -m benchmarks.bench_gpu_step --batch 64 --context 512 --steps 5 \
           --graphs --piecewise $mix --gdn-prefill ${MIXED_GDN:-auto} --prefill 1x384 4x256 1x1536 \
