@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--graphs", action=argparse.BooleanOptionalAction, default=False)
     parser.add_argument("--piecewise", action=argparse.BooleanOptionalAction, default=False)
     parser.add_argument("--mixing", action=argparse.BooleanOptionalAction, default=False)
-    parser.add_argument("--gdn-prefill", default="triton", choices=list(GDN_PREFILL))
+    parser.add_argument("--gdn-prefill", default="auto", choices=list(GDN_PREFILL))
     parser.add_argument(
         "--decode-tensor-cores", action=argparse.BooleanOptionalAction, default=False
     )

@@ -36,7 +36,7 @@ def build_ops(
     device: torch.device,
     page_size: int,
     slots: int = 2,
-    gdn_prefill: str = "triton",
+    gdn_prefill: str = "auto",
     decode_tensor_cores: bool = False,
 ):
     """The ops object a step's ForwardBatch carries for `model` on `device`; `slots` host

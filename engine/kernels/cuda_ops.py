@@ -7,9 +7,9 @@
   the torch reference attention, since FlashInfer has no fp32 kernels.
 - Gated DeltaNet: the conv and, for decode steps and fp32, the recurrence run on our Triton
   kernels in place on the state pool (triton_gdn.py); bf16/fp16 prefill and mixed steps run
-  our chunked kernel, in place, one launch a layer (`gdn_prefill="triton"`, the default), or
-  in three launches with a short serial part (`"triton_split"`), or whichever of the two suits
-  the step's longest row (`"auto"`), a mixed step's leading decode rows through the
+  our chunked kernel, in place, one launch a layer (`gdn_prefill="triton"`), or in three
+  launches with a short serial part (`"triton_split"`), or whichever of the two suits the
+  step's longest row (`"auto"`, the default), a mixed step's leading decode rows through the
   recurrence beside it (`triton_gdn.gated_delta_prefill`); or flash-linear-attention's over
   every row at once (varlen, `"fla"`), states gathered from and written back to the pool once
   per layer.
@@ -50,7 +50,7 @@ class CudaOps:
         device: torch.device,
         page_size: int,
         slots: int = 2,
-        gdn_prefill: str = "triton",
+        gdn_prefill: str = "auto",
         decode_tensor_cores: bool = False,
     ):
         self.device = device
