@@ -26,6 +26,21 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(autouse=True)
+def _free_cuda_after_gpu_tests(request):
+    """A GPU test's engines (graphs, memory pools, pinned buffers) are freed when it ends,
+    not whenever the collector next runs, possibly inside a later test's capture."""
+    yield
+    if "gpu" in request.keywords:
+        import gc
+
+        import torch
+
+        gc.collect()
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+
+
 class Api:
     """A small blocking client for the engine's HTTP API."""
 

@@ -3,15 +3,18 @@ bucket whose padding rows touch only the cache's sink page and sink slot (INVARI
 
 from __future__ import annotations
 
+import gc
+import weakref
 from dataclasses import replace
 
+import pytest
 import torch
 
 from engine.config import load_scenario
 from engine.messages import AddRequest
 from engine.models import build_model
 from engine.worker.engine import Engine
-from engine.worker.graphs import buckets_up_to
+from engine.worker.graphs import buckets_up_to, gc_paused
 
 
 def _engine_with_requests(lengths: list[int]) -> Engine:
@@ -161,3 +164,38 @@ def test_a_step_padded_to_a_token_bucket_through_the_split_ops_equals_the_plain_
     torch.testing.assert_close(padded, plain, **close)
     for a, b in zip(plain_cache, tensors, strict=True):
         torch.testing.assert_close(b, a, **close)
+
+
+def test_graph_capture_pauses_the_garbage_collector_and_collects_first():
+    """INVARIANTS 45: the runners capture inside gc_paused(): a cycle already dead is collected
+    on entry (before any capture begins), no automatic collection runs inside, and the
+    collector's state is restored on the way out, an exception included."""
+
+    class Node:
+        pass
+
+    def dead_cycle():
+        a, b = Node(), Node()
+        a.other, b.other = b, a
+        return weakref.ref(a)
+
+    assert gc.isenabled()
+    before = dead_cycle()
+    with gc_paused():
+        assert before() is None  # collected on entry
+        assert not gc.isenabled()
+        inside = dead_cycle()
+        for _ in range(20_000):  # enough allocations to trigger a generation-0 collection
+            Node().other = Node()
+        assert inside() is not None  # the collector stayed off
+    assert gc.isenabled()
+    with pytest.raises(RuntimeError), gc_paused():
+        raise RuntimeError("capture failed")
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with gc_paused():
+            pass
+        assert not gc.isenabled()  # left as it was found
+    finally:
+        gc.enable()

@@ -37,7 +37,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from engine.worker.graphs import buckets_up_to
+from engine.worker.graphs import buckets_up_to, gc_paused
 
 log = logging.getLogger("engine.worker")
 
@@ -93,8 +93,9 @@ class CodecGraphs:
         start = time.perf_counter()
         free_before = torch.cuda.mem_get_info()[0]
         pool = torch.cuda.graph_pool_handle()
-        for bucket in reversed(self.buckets):
-            self.graphs[bucket] = self._capture(bucket, pool, stream)
+        with gc_paused():
+            for bucket in reversed(self.buckets):
+                self.graphs[bucket] = self._capture(bucket, pool, stream)
         used = (free_before - torch.cuda.mem_get_info()[0]) / 2**20
         log.info(
             "codec graphs: %d buckets (%s), %.0f MiB, %.1f s",

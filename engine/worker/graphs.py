@@ -7,13 +7,16 @@ the LM head and the greedy argmax. Padding rows write no K/V and run their state
 cache's sink slot (step_inputs.py). Prefill and mixed steps run eagerly.
 
 Capture happens once at startup, largest bucket first, all graphs sharing one memory pool; a
-log line says buckets, memory and seconds.
+log line says buckets, memory and seconds. Every runner captures inside `gc_paused()`.
 """
 
 from __future__ import annotations
 
+import gc
 import logging
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -21,6 +24,23 @@ import torch
 log = logging.getLogger("engine.worker")
 
 BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 224, 256)
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Collect Python's garbage now and keep the collector off while graphs capture: a cycle
+    collected mid-capture may free an earlier object's CUDA resources (a graph, its memory
+    pool, an event, a pinned buffer), a call CUDA refuses while a stream is capturing, which
+    breaks the capture. torch.cuda.graph no longer collects before capturing, and the
+    piecewise runner runs the model's Python between its captures (INVARIANTS 45)."""
+    gc.collect()
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def buckets_up_to(max_rows: int) -> list[int]:
@@ -46,11 +66,12 @@ class DecodeGraphs:
         free_before = torch.cuda.mem_get_info()[0]
         pool = torch.cuda.graph_pool_handle()
         self.slots = ops.attention_backend.slots
-        for bucket in reversed(self.buckets):
-            ops.attention_backend.add_graph_bucket(bucket, max_pages_per_row)
-            for _ in range(self.slots):  # one graph per double-buffer slot
-                slot, step = self._capture(bucket, pool)
-                self.steps[bucket, slot] = step
+        with gc_paused():
+            for bucket in reversed(self.buckets):
+                ops.attention_backend.add_graph_bucket(bucket, max_pages_per_row)
+                for _ in range(self.slots):  # one graph per double-buffer slot
+                    slot, step = self._capture(bucket, pool)
+                    self.steps[bucket, slot] = step
         used = (free_before - torch.cuda.mem_get_info()[0]) / 2**20
         log.info(
             "decode graphs: %d buckets (%s) x %d slots, %.0f MiB, %.1f s",

@@ -40,6 +40,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from engine.worker.graphs import gc_paused
+
 log = logging.getLogger("engine.worker")
 
 TOKEN_BUCKETS = (16, 32, 64, 128, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096)
@@ -149,8 +151,9 @@ class PiecewiseGraphs:
         start = time.perf_counter()
         free_before = torch.cuda.mem_get_info()[0]
         pool = torch.cuda.graph_pool_handle()
-        for bucket in reversed(self.buckets):
-            self.bodies[bucket] = self._capture(bucket, pool)
+        with gc_paused():
+            for bucket in reversed(self.buckets):
+                self.bodies[bucket] = self._capture(bucket, pool)
         used = (free_before - torch.cuda.mem_get_info()[0]) / 2**20
         pieces = len(self.bodies[self.buckets[0]].graphs)
         log.info(
