@@ -45,6 +45,7 @@ class ForwardBatch:
     # Kept by the Gated DeltaNet kernels at the step's first layer (engine/kernels/triton_gdn.py):
     gdn_chunks: tuple | None = None  # ((chunk, row0), tables) of the split kernel
     gdn_one_token_rows: int | None = None  # how many leading rows have one new token
+    gdn_scratch: tuple | None = None  # (shape, tensors): the split kernel's scratch, a step's
 
     def __post_init__(self) -> None:
         if (

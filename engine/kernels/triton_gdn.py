@@ -485,6 +485,28 @@ def _chunk_tables(meta, chunk: int, row0: int):
     return tables
 
 
+def _split_scratch(meta, shape: tuple[int, ...], like: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The split kernels' fp32 scratch (W, K', U, the gates, the state before each chunk),
+    allocated at a step's first layer and kept on `meta` for the others, whose shapes are the
+    same: every layer's kernels run in stream order, so a layer rewrites the scratch only
+    after the previous layer's last kernel has read it (5 allocations a step, not a layer)."""
+    kept = getattr(meta, "gdn_scratch", None)
+    if kept is not None and kept[0] == shape:
+        return kept[1]
+    tokens, v_heads, k_dim, v_dim, count = shape
+    f32 = dict(dtype=torch.float32, device=like.device)
+    w = torch.empty((tokens, v_heads, k_dim), **f32)
+    scratch = (
+        w,
+        torch.empty_like(w),
+        torch.empty((tokens, v_heads, v_dim), **f32),
+        torch.empty((tokens, v_heads), **f32),
+        torch.empty((count, v_heads, k_dim, v_dim), **f32),
+    )
+    meta.gdn_scratch = (shape, scratch)
+    return scratch
+
+
 def gated_delta_chunked_split(
     qkv, a, b, A_log, dt_bias, ssm_state, meta, k_heads, k_dim, v_dim, chunk: int = 32,
     row0: int = 0, out: torch.Tensor | None = None,
@@ -499,12 +521,7 @@ def gated_delta_chunked_split(
         return out
     levels = _doublings(chunk)
     count, chunk_row, chunk_start, first = _chunk_tables(meta, chunk, row0)
-    device = qkv.device
-    w = torch.empty((tokens, v_heads, k_dim), dtype=torch.float32, device=device)
-    k_decayed = torch.empty_like(w)
-    u = torch.empty((tokens, v_heads, v_dim), dtype=torch.float32, device=device)
-    g = torch.empty((tokens, v_heads), dtype=torch.float32, device=device)
-    h = torch.empty((count, v_heads, k_dim, v_dim), dtype=torch.float32, device=device)
+    w, k_decayed, u, g, h = _split_scratch(meta, (tokens, v_heads, k_dim, v_dim, count), qkv)
     bv = min(16, triton.next_power_of_2(v_dim))
     common = dict(DK=k_dim, DV=v_dim, C=chunk)
     _gdn_prepare_kernel[(count, v_heads)](
