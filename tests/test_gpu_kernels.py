@@ -6,6 +6,7 @@ a few bf16 ulps of O(1) values (2e-2 absolute), the precision of the stored acti
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -14,7 +15,7 @@ from engine.layers.attention import GatedAttention, torch_paged_attention
 from engine.layers.gated_delta import GatedDeltaNet, torch_linear_attention
 from engine.layers.norm import GatedRMSNorm, RMSNorm
 from engine.layers.rotary import RotaryEmbedding
-from engine.layers.sampler import SamplingParams
+from engine.layers.sampler import SamplingParams, window_logits
 
 pytestmark = pytest.mark.gpu
 if not torch.cuda.is_available():
@@ -199,6 +200,39 @@ def test_gpu_sampling_greedy_exact_seeded_reproducible_and_batch_independent():
     drawn, _ = sample_on_gpu(small, [SamplingParams(temperature=1.0)] * 20_000, [0] * 20_000)
     freq = torch.bincount(drawn, minlength=3).float() / 20_000
     torch.testing.assert_close(freq.cpu(), torch.tensor([0.5, 0.3, 0.2]), atol=0.02, rtol=0)
+
+
+def test_sampling_and_the_logit_window_do_not_wait_for_queued_gpu_work():
+    """INVARIANTS 46: the sampler's per-row values (temperatures, top-k, top-p, row indices) and
+    a node's logit window go up without blocking, so sampling a step the overlapped loop has
+    just launched returns while that step still runs. Here ~1 s of GPU spin is queued first: a
+    blocking copy anywhere would wait it out, and the spin's event would have completed."""
+    logits = torch.randn(8, 4096, device=CUDA)
+    params = [
+        SamplingParams(temperature=0.7, top_k=50, top_p=0.9),
+        SamplingParams(temperature=1.0, seed=3, logprobs=True),
+        SamplingParams(temperature=0),
+        SamplingParams(temperature=1.2),
+    ] * 2
+    low = np.arange(8, dtype=np.int64) * 100
+
+    def sample():
+        window, offsets = window_logits(logits, low, 1024)
+        tokens, _ = sample_on_gpu(window, params, list(range(8)))
+        return tokens + offsets
+
+    sample()  # warm up: kernels, pinned blocks
+    torch.cuda.synchronize()
+    torch.cuda._sleep(2_000_000_000)  # ~1 s of cycles on the stream
+    spin = torch.cuda.Event()
+    spin.record()
+    tokens = sample()
+    assert not spin.query(), "a copy in the sampler waited for the queued work"
+    torch.cuda.synchronize()
+    assert (
+        (tokens >= torch.from_numpy(low).to(CUDA))
+        & (tokens < 1024 + torch.from_numpy(low).to(CUDA))
+    ).all()
 
 
 def test_ops_objects_are_interchangeable():

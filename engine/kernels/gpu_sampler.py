@@ -21,6 +21,7 @@ from engine.layers.sampler import (
     effective_top_p,
     row_seed,
     row_temperatures,
+    rows_to,
     scale_logits,
 )
 
@@ -33,9 +34,8 @@ def _draw(scaled: torch.Tensor, params: list[SamplingParams], seed: int) -> torc
     if all(p.top_k == 0 and p.top_p >= 1.0 for p in params):
         return flashinfer.sampling.sampling_from_logits(scaled, seed=seed, offset=0)
     device, vocab = scaled.device, scaled.shape[-1]
-    top_k = torch.tensor([p.top_k or vocab for p in params], dtype=torch.int32, device=device)
-    top_p = [effective_top_p(p.top_p) for p in params]
-    top_p = torch.tensor(top_p, dtype=torch.float32, device=device)
+    top_k = rows_to([p.top_k or vocab for p in params], torch.int32, device)
+    top_p = rows_to([effective_top_p(p.top_p) for p in params], torch.float32, device)
     return flashinfer.sampling.top_k_top_p_sampling_from_logits(
         scaled, top_k, top_p, seed=seed, offset=0
     )
@@ -52,7 +52,7 @@ def sample_on_gpu(
     if not all(p.greedy for p in params):
         shared = [i for i, p in enumerate(params) if not p.greedy and p.seed is None]
         if shared:
-            rows = torch.tensor(shared, device=logits.device)
+            rows = rows_to(shared, torch.int64, logits.device)
             drawn = _draw(scaled[rows], [params[i] for i in shared], int(_unseeded.integers(2**62)))
             tokens[rows] = drawn.long()
         for i, p in enumerate(params):

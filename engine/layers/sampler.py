@@ -63,9 +63,7 @@ def window_logits(logits: torch.Tensor, low, width: int) -> tuple[torch.Tensor, 
     for width / vocab of the sampler's work. On CUDA `low` goes up from pinned memory without
     blocking: a blocking copy would wait for the step's forward, which the overlapped loop
     launches ahead of the host."""
-    low = torch.as_tensor(low, dtype=torch.int64)
-    if logits.is_cuda:
-        low = low.pin_memory().to(logits.device, non_blocking=True)
+    low = rows_to(low, torch.int64, logits.device)
     index = low[:, None] + torch.arange(width, device=logits.device)
     return logits.gather(1, index), low
 
@@ -101,10 +99,21 @@ def row_generator(seed: int, output_index: int, device: torch.device) -> torch.G
     return torch.Generator(device=device).manual_seed(row_seed(seed, output_index))
 
 
+def rows_to(values, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A step's small per-row values (a list or array) as a tensor on `device`. On CUDA from
+    pinned memory without blocking: a blocking copy waits for every kernel queued before it,
+    which in the overlapped loop is the step just launched, so the host would sit idle through
+    that step's forward instead of postprocessing the last one (INVARIANTS 46)."""
+    host = torch.as_tensor(values, dtype=dtype)
+    if device.type != "cuda":
+        return host.to(device)
+    return host.pin_memory().to(device, non_blocking=True)
+
+
 def row_temperatures(params: list[SamplingParams], device: torch.device) -> torch.Tensor:
     """Per row: the effective temperature, 1 for greedy rows (their log-prob's scale)."""
     temps = [effective_temperature(p.temperature) or 1.0 for p in params]
-    return torch.tensor(temps, dtype=torch.float32, device=device)
+    return rows_to(temps, torch.float32, device)
 
 
 def _draw(logits: torch.Tensor, params: list[SamplingParams], generator=None) -> torch.Tensor:
@@ -114,10 +123,10 @@ def _draw(logits: torch.Tensor, params: list[SamplingParams], generator=None) ->
         return torch.multinomial(scaled.softmax(-1), 1, generator=generator)[:, 0]
     vocab = logits.shape[-1]
     sorted_logits, order = scaled.sort(dim=-1, descending=True, stable=True)
-    top_k = torch.tensor([p.top_k or vocab for p in params], device=logits.device)
+    top_k = rows_to([p.top_k or vocab for p in params], torch.int64, logits.device)
     ranks = torch.arange(vocab, device=logits.device)
     probs = sorted_logits.masked_fill(ranks[None, :] >= top_k[:, None], float("-inf")).softmax(-1)
-    top_p = torch.tensor([effective_top_p(p.top_p) for p in params], device=logits.device)
+    top_p = rows_to([effective_top_p(p.top_p) for p in params], torch.float32, logits.device)
     # Mass of the strictly better tokens: the top token (0) always stays.
     probs = probs.masked_fill(probs.cumsum(-1) - probs >= top_p[:, None], 0.0)
     picked = torch.multinomial(probs, 1, generator=generator)
@@ -136,10 +145,10 @@ def sample(
     shared = [i for i, p in enumerate(params) if not p.greedy and p.seed is None]
     scaled = scale_logits(logits, row_temperatures(params, device))
     if greedy:
-        rows = torch.tensor(greedy, device=device)
+        rows = rows_to(greedy, torch.int64, device)
         tokens[rows] = scaled[rows].argmax(-1)
     if shared:
-        rows = torch.tensor(shared, device=device)
+        rows = rows_to(shared, torch.int64, device)
         tokens[rows] = _draw(logits[rows], [params[i] for i in shared])
     for i, p in enumerate(params):
         if not p.greedy and p.seed is not None:
