@@ -70,6 +70,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--graphs", action=argparse.BooleanOptionalAction, default=False)
     parser.add_argument("--piecewise", action=argparse.BooleanOptionalAction, default=False)
     parser.add_argument("--mixing", action=argparse.BooleanOptionalAction, default=False)
+    parser.add_argument(  # engine.piecewise_gdn: Gated DeltaNet inside the piecewise graphs
+        "--piecewise-gdn", action=argparse.BooleanOptionalAction, default=False
+    )
     parser.add_argument("--gdn-prefill", default="auto", choices=list(GDN_PREFILL))
     parser.add_argument(
         "--decode-tensor-cores", action=argparse.BooleanOptionalAction, default=False
@@ -81,7 +84,8 @@ def main(argv: list[str] | None = None) -> None:
     steps = args.steps + args.warmup + 5 + 40 * len(args.prefill)
     engine = build(
         args.size, args.batch, args.context, steps, args.kernels, args.graphs,
-        piecewise_graphs=args.piecewise, mixing=args.mixing, gdn_prefill=args.gdn_prefill,
+        piecewise_graphs=args.piecewise, piecewise_gdn=args.piecewise_gdn, mixing=args.mixing,
+        gdn_prefill=args.gdn_prefill,
         decode_tensor_cores=args.decode_tensor_cores, state_dtype=args.state_dtype,
         max_rows=args.batch + max((int(p.split("x")[0]) for p in args.prefill), default=0),
     )  # fmt: skip
@@ -125,7 +129,7 @@ def main(argv: list[str] | None = None) -> None:
         print(
             f"{'mixed' if args.mixing else 'prefill'} step, {rows} new x {length} tokens beside "
             f"{args.batch} decoding, piecewise {engine.piecewise is not None}, Gated DeltaNet "
-            f"{args.gdn_prefill}: median "
+            f"{'captured' if args.piecewise_gdn else args.gdn_prefill}: median "
             f"{statistics.median(times):.3f} ms (p10 {min(times):.3f}) over {len(times)} steps"
         )
 

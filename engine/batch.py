@@ -25,6 +25,24 @@ class HostLayout:
 
 
 @dataclass
+class GdnTables:
+    """A step's Gated DeltaNet row and chunk tables, staged by the step inputs at fixed
+    addresses (engine/kernels/gdn_tables.py builds them): what the fixed-grid kernels of a
+    step padded to a token bucket read on the device instead of sizing their grids from it."""
+
+    counts: torch.Tensor  # [4] int32: 0, the leading one-token rows, rows, chunks
+    chunk_row: torch.Tensor  # [max chunks] int32, each chunk's row (the rest: 0)
+    chunk_start: torch.Tensor  # [max chunks] int32, each chunk's first token
+    first_chunk: torch.Tensor  # [max_rows + 1] int32, each chunked row's first chunk
+    max_rows: int  # the step inputs' bound on a step's rows
+    chunk: int  # tokens a chunk
+
+    def row_bound(self, tokens: int) -> int:
+        """The most rows a step of `tokens` tokens (a bucket) can have: a fixed grid's rows."""
+        return min(self.max_rows, tokens)
+
+
+@dataclass
 class ForwardBatch:
     input_ids: torch.Tensor  # [T] int, every row's new tokens, concatenated
     positions: torch.Tensor  # [T] int, absolute position of each token in its request
@@ -46,6 +64,7 @@ class ForwardBatch:
     gdn_chunks: tuple | None = None  # ((chunk, row0), tables) of the split kernel
     gdn_one_token_rows: int | None = None  # how many leading rows have one new token
     gdn_scratch: tuple | None = None  # (shape, tensors): the split kernel's scratch, a step's
+    gdn_tables: GdnTables | None = None  # staged for fixed grids (a step padded to a bucket)
 
     def __post_init__(self) -> None:
         if (

@@ -66,6 +66,11 @@ class EngineConfig:
     # graphs of the token-wise pieces between the attention and Gated DeltaNet ops, captured
     # per token bucket (engine/worker/piecewise.py); same requirements as cuda_graphs.
     piecewise_graphs: bool = True
+    # The piecewise graphs capture the Gated DeltaNet op too (only attention stays eager): its
+    # kernels on grids fixed per token bucket, reading the step's row and chunk tables from
+    # the staged inputs (engine/kernels/gdn_tables.py). Needs piecewise_graphs. Off until it
+    # has run on a GPU.
+    piecewise_gdn: bool = False
     # The codec stage (Orpheus's SNAC) replays its decode as CUDA graphs captured per
     # window-count bucket up to max_rows (engine/worker/codec_graphs.py); ignored on a CPU.
     # On since its GPU tests passed and it measured +28% audio-s/s (docs/evidence/codec_graphs).

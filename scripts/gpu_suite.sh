@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every GPU test and benchmark of the project, for one `device` run (see docs/BENCHMARKS.md):
 #   bash scripts/gpu_suite.sh STAGE...  STAGE: tests | quick | step | prefill | options | mixed |
-#   gdn | run | evidence | orpheus | codec | all
+#   gdn | gdncap | run | evidence | orpheus | codec | all
 # with carry [".whl", ".jitcache"]. Logs go under $OUT (default ./gpu-out). JIT caches
 # (FlashInfer, Triton) are restored from .jitcache/ when present and saved to $OUT/jit-*.
 set -uo pipefail
@@ -76,6 +76,20 @@ for stage in "${stages[@]}"; do
           --graphs --piecewise $mix --gdn-prefill ${MIXED_GDN:-auto} --prefill 1x384 4x256 1x1536 \
           2>&1 | grep -E "step,|Error|error" | tee -a "$OUT/bench_step.log"
       done ;;
+    gdncap)  # engine.piecewise_gdn (Gated DeltaNet captured in the piecewise graphs): the
+      # 0.8b piecewise replay test with it off and on, then prefill and mixed steps beside 64
+      # decoding rows with it off (gdn_prefill auto) and on, profiled (host and GPU tables)
+      timeout 330 python3 -m pytest -m gpu -q -rA -s tests/test_gpu.py \
+        -k "08b_piecewise_replay" 2>&1 | tee "$OUT/gdncap_tests.log"
+      for mix in --no-mixing --mixing; do
+        for cap in --no-piecewise-gdn --piecewise-gdn; do
+          timeout 120 python3 -m benchmarks.bench_gpu_step --batch 64 --context 512 --steps 5 \
+            --graphs --piecewise $mix $cap --prefill 1x384 4x256 1x1536 \
+            --profile /tmp/profile_gdncap$mix$cap 2>&1 | grep -E "step,|Error|error" \
+            | tee -a "$OUT/bench_step.log"
+        done
+      done
+      cat /tmp/profile_gdncap*.prefill_* > "$OUT/gdncap_profiles.txt" ;;
     gdn)  # our chunked Gated DeltaNet kernel: its tests, then a prefill step on it (profiled)
       timeout 300 python3 -m pytest -m gpu -q -rA tests/test_gpu_kernels.py tests/test_gpu.py \
         -k "${GDN_TESTS:-gated_deltanet or orpheus}" 2>&1 | tee "$OUT/gpu_tests.log"

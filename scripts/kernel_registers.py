@@ -22,15 +22,17 @@ def main() -> None:
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
     args = parser.parse_args()
     seen = set()
-    for kernel, launch_args, constexprs in offline.record_launches(getattr(torch, args.dtype)):
+    for launch in offline.record_launches(getattr(torch, args.dtype)):
+        kernel, launch_args, constexprs = launch.kernel, launch.args, launch.constexprs
         name = kernel.fn.__name__
-        key = (name, tuple(sorted(constexprs.items())))
+        key = (name, tuple(sorted(constexprs.items())), launch.fixed_grid)
         if key in seen or args.only not in name:
             continue
         seen.add(key)
         for warps in args.warps:
             compiled = offline.compile_launch(kernel, launch_args, constexprs, num_warps=warps)
             shown = ", ".join(f"{k}={v}" for k, v in constexprs.items() if k in ("C", "BV"))
+            shown += " fixed grid" if launch.fixed_grid else ""
             print(f"{name} {shown} warps={warps}: {offline.ptxas_report(compiled)}")
 
 

@@ -180,19 +180,23 @@ def _restore(tensors, saved) -> None:
         t.copy_(s)
 
 
-def test_08b_piecewise_replay_equals_eager_for_every_bucket():
+@pytest.mark.parametrize("piecewise_gdn", [False, True], ids=["gdn-eager", "gdn-captured"])
+def test_08b_piecewise_replay_equals_eager_for_every_bucket(piecewise_gdn):
     """The piecewise runner against the eager step on the same rows and cache: prefill steps
     whose token counts fill a bucket exactly and pad one (1 -> 16, 17 -> 32, ..., 2048), and
     a mixed step (decode rows and prompts). Logits agree to bf16 noise (padded GEMMs may
     block their sums differently), greedy choices agree, and the K/V and states written are
-    the eager step's."""
+    the eager step's. `gdn-captured`: engine.piecewise_gdn, Gated DeltaNet replayed inside the
+    pieces on its fixed-grid kernels (attention the only split op)."""
     config = replace(
         load_scenario("qwen35", "0.8b").engine, kv_pages=2048, state_slots=96, max_rows=64,
-        max_tokens_per_step=2048,
+        max_tokens_per_step=2048, piecewise_gdn=piecewise_gdn,
     )  # fmt: skip
     model = build_model("qwen35", "0.8b", 0, "bfloat16", "cuda")
     engine = Engine(model, config)
     assert engine.piecewise is not None and engine.piecewise.buckets[-1] == 2048
+    splits = {s.name for s in engine.piecewise.bodies[16].splits}
+    assert splits == ({"attention"} if piecewise_gdn else {"attention", "linear_attention"})
     cache = engine.cache
     tensors = [*cache.k, *cache.v, *cache.conv_state, *cache.ssm_state]
     rid = 0

@@ -19,11 +19,13 @@ from engine.kernels import offline  # noqa: E402
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
 def test_every_triton_kernel_compiles_for_sm90(dtype):
-    compiled = set()
-    for kernel, args, constexprs in offline.record_launches(dtype):
-        binary = offline.compile_launch(kernel, args, constexprs)
-        assert binary.asm["cubin"], kernel.fn.__name__
-        compiled.add(kernel.fn.__name__)
+    compiled, fixed = set(), set()
+    for launch in offline.record_launches(dtype):
+        binary = offline.compile_launch(launch.kernel, launch.args, launch.constexprs)
+        assert binary.asm["cubin"], launch.kernel.fn.__name__
+        compiled.add(launch.kernel.fn.__name__)
+        if launch.fixed_grid:
+            fixed.add(launch.kernel.fn.__name__)
     wanted = {
         "_rms_norm_kernel", "_head_norm_rope_kernel", "_gated_norm_kernel", "_silu_mul_kernel",
         "_store_kv_kernel", "_conv_kernel", "_conv_state_kernel", "_conv_decode_kernel",
@@ -31,3 +33,8 @@ def test_every_triton_kernel_compiles_for_sm90(dtype):
         "_gdn_chunked_kernel", "_gdn_prepare_kernel", "_gdn_states_kernel", "_gdn_outputs_kernel",
     }  # fmt: skip
     assert compiled == wanted
+    # the capturable Gated DeltaNet op's launches (engine.piecewise_gdn), bounds on the device
+    assert fixed == {
+        "_conv_state_kernel", "_gdn_recurrent_kernel",
+        "_gdn_prepare_kernel", "_gdn_states_kernel", "_gdn_outputs_kernel",
+    }  # fmt: skip

@@ -126,6 +126,74 @@ print(json.dumps(report))
 """
 
 
+# The capturable op (engine.piecewise_gdn): steps padded to a bucket of 96 tokens, their rows'
+# counts and chunk tables staged by StepInputs, the conv and Gated DeltaNet on grids set by the
+# bucket alone (`causal_conv` and `gated_delta_fixed_grid` on `batch.gdn_tables`), against the
+# per-row reference conv and recurrence: real tokens, both state pools, the padding tokens'
+# outputs 0, and the slots no row names untouched.
+FIXED_GRID_CHECK = r"""
+import numpy as np
+from engine.layers.gated_delta import torch_causal_conv1d
+from engine.worker.step_inputs import StepInputs
+
+BUCKET, SLOTS, KW = 96, 10, 4
+inputs = StepInputs(BUCKET, 16, 8, torch.device("cpu"), slots=1)
+cache = SimpleNamespace(page_size=16, sink_page=200, sink_slot=SLOTS - 1)
+ops = SimpleNamespace(reads_page_table=False)
+
+
+def staged(lengths, cached, slots):
+    rows = [
+        SimpleNamespace(num_new=n, walk="prefill", request=SimpleNamespace(
+            num_cached=c, pages=list(range(8 * i, 8 * i + 8)), tokens=[1] * (c + n), slot=s,
+            rid=i))
+        for i, (n, c, s) in enumerate(zip(lengths, cached, slots))
+    ]
+    return inputs.stage(rows, cache, ops, pad_tokens_to=BUCKET, gdn_tables=True)
+
+
+steps = {
+    "mixed": ([1, 1, 1, 40, 5, 1, 20], [4, 9, 2, 0, 6, 3, 0], [3, 0, 7, 5, 2, 8, 6]),
+    "one-token-rows": ([1, 1, 1], [3, 0, 2], [3, 0, 7]),
+    "no-prefix": ([40, 1, 7], [0, 3, 5], [5, 3, 2]),
+}
+torch.manual_seed(0)
+C = 2 * HK * DK + HV * DV
+report = {}
+for name, (lengths, cached, slots) in steps.items():
+    T = sum(lengths)
+    mixed = torch.randn(BUCKET, C)
+    a, b = torch.randn(BUCKET, HV), torch.randn(BUCKET, HV)
+    A_log, dt_bias = torch.empty(HV).uniform_(-2, 1), torch.randn(HV) * 0.5
+    weight = torch.randn(C, KW)
+    conv0, state0 = torch.randn(SLOTS, C, KW - 1), torch.randn(SLOTS, HV, DK, DV) * 0.3
+    meta = step(lengths, cached, slots)
+    want_qkv, want_conv = torch.empty(T, C), conv0.clone()
+    for r, (n, c, s) in enumerate(zip(lengths, cached, slots)):
+        start = meta.cu_seqlens[r].item()
+        init = conv0[s] if c else torch.zeros(C, KW - 1)
+        want_qkv[start : start + n], want_conv[s] = torch_causal_conv1d(
+            mixed[start : start + n], weight, init
+        )
+    want, want_state = reference(want_qkv, a[:T], b[:T], A_log, dt_bias, state0, meta)
+    batch = staged(lengths, cached, slots)
+    conv, state = conv0.clone(), state0.clone()
+    qkv = triton_gdn.causal_conv(mixed, weight, conv, batch)
+    out = triton_gdn.gated_delta_fixed_grid(qkv, a, b, A_log, dt_bias, state, batch, HK, DK, DV)
+    others = [s for s in range(SLOTS) if s not in slots]
+    report[name] = {
+        "counts": batch.gdn_tables.counts.tolist(),
+        "conv": (qkv[:T] - want_qkv).abs().max().item(),
+        "conv_state": (conv - want_conv).abs().max().item(),
+        "out": (out[:T] - want).abs().max().item(),
+        "state": (state - want_state).abs().max().item(),
+        "padding_out_zero": bool(out[T:].eq(0).all()),
+        "others_untouched": torch.equal(state[others], state0[others])
+        and torch.equal(conv[others], conv0[others]),
+    }
+print(json.dumps(report))
+"""
+
 CONV_CHECK = r"""
 import json
 from types import SimpleNamespace
@@ -220,6 +288,26 @@ def test_prefill_dispatch_splits_a_leading_run_of_one_token_rows_off_to_the_recu
             assert result["one_token_rows"] == count, (step, kind)
             split = kind in ("triton_split", "auto-split") and step != "one-token-rows"
             assert result["split_tables"] == split, (step, kind)
+
+
+def test_fixed_grid_gated_deltanet_op_on_a_padded_step_equals_the_reference():
+    """The capturable op (engine.piecewise_gdn): a mixed step (one-token rows with cached
+    states leading; rows past a chunk, fresh and continuing; a later one-token row), a step of
+    one-token rows alone and one with none leading, each padded to a bucket with its tables
+    staged by StepInputs: conv outputs and windows, Gated DeltaNet outputs and states equal the
+    reference; the padding tokens' outputs are 0; no other slot of either pool is touched."""
+    report = _interpret(REFERENCE + FIXED_GRID_CHECK)
+    counts = {
+        "mixed": [0, 3, 7, 5],  # rows 3-6 (40, 5, 1, 20 tokens): 2 + 1 + 1 + 1 chunks
+        "one-token-rows": [0, 3, 3, 0],
+        "no-prefix": [0, 0, 3, 4],
+    }
+    assert set(report) == set(counts)
+    for name, result in report.items():
+        assert result["counts"] == counts[name], name
+        assert result["conv"] < 1e-5 and result["conv_state"] < 1e-6, (name, result)
+        assert result["out"] < 1e-5 and result["state"] < 1e-5, (name, result)
+        assert result["padding_out_zero"] and result["others_untouched"], (name, result)
 
 
 def test_conv_kernels_in_the_interpreter_equal_the_reference():

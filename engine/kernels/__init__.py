@@ -38,11 +38,13 @@ def build_ops(
     slots: int = 2,
     gdn_prefill: str = "auto",
     decode_tensor_cores: bool = False,
+    piecewise_gdn: bool = False,
 ):
     """The ops object a step's ForwardBatch carries for `model` on `device`; `slots` host
     buffers for the resources that declare `force_double_buffer`; `gdn_prefill` names the
     Gated DeltaNet kernel of bf16/fp16 prefill and mixed steps (GDN_PREFILL);
-    `decode_tensor_cores` runs FlashInfer's decode attention on tensor cores."""
+    `decode_tensor_cores` runs FlashInfer's decode attention on tensor cores; `piecewise_gdn`
+    makes the CUDA ops' Gated DeltaNet capturable (engine.piecewise_gdn)."""
     if gdn_prefill not in GDN_PREFILL:
         raise ConfigError(
             f"engine.gdn_prefill must be one of {', '.join(GDN_PREFILL)}, got {gdn_prefill!r}"
@@ -51,4 +53,4 @@ def build_ops(
         return TORCH_OPS
     from engine.kernels.cuda_ops import CudaOps  # imports triton: only where CUDA runs
 
-    return CudaOps(model, device, page_size, slots, gdn_prefill, decode_tensor_cores)
+    return CudaOps(model, device, page_size, slots, gdn_prefill, decode_tensor_cores, piecewise_gdn)

@@ -12,7 +12,10 @@
   step's longest row (`"auto"`, the default), a mixed step's leading decode rows through the
   recurrence beside it (`triton_gdn.gated_delta_prefill`); or flash-linear-attention's over
   every row at once (varlen, `"fla"`), states gathered from and written back to the pool once
-  per layer.
+  per layer. With `piecewise_gdn` the op declares itself capturable: a step whose inputs staged
+  Gated DeltaNet's tables (the piecewise runner's, padded to a token bucket) runs the conv, the
+  recurrence and the split kernel on grids fixed by the bucket
+  (`triton_gdn.gated_delta_fixed_grid`), whatever `gdn_prefill` says.
 - Sampling: FlashInfer (gpu_sampler.py).
 """
 
@@ -52,9 +55,12 @@ class CudaOps:
         slots: int = 2,
         gdn_prefill: str = "auto",
         decode_tensor_cores: bool = False,
+        piecewise_gdn: bool = False,
     ):
         self.device = device
         self.gdn_prefill = gdn_prefill
+        # linear_attention can be captured in a CUDA graph on a step that staged its tables
+        self.linear_attention_capturable = piecewise_gdn
         self.dtype = next(model.parameters()).dtype
         self.weights: dict[nn.Module, torch.Tensor] = {}  # norm -> fp32 scale
         self.packed: dict[tuple[nn.Linear, ...], tuple[torch.Tensor, list[int]]] = {}
@@ -129,6 +135,8 @@ class CudaOps:
         qkv = triton_gdn.causal_conv(mixed, weight, conv_state, batch)
         args = (qkv, a, b, layer.A_log, layer.dt_bias, ssm_state, batch)
         shape = (layer.k_heads, layer.k_dim, layer.v_dim)
+        if batch.gdn_tables is not None:
+            return triton_gdn.gated_delta_fixed_grid(*args, *shape)
         if not self._chunked:
             return triton_gdn.gated_delta_recurrent(*args, *shape)
         if self.gdn_prefill != "fla":

@@ -1,8 +1,9 @@
 """The engine's Triton kernels compiled without a GPU: each wrapper runs on CPU tensors at
 Qwen3.5-0.8B's shapes with its kernels' launches recorded instead of run, and each recorded
 launch is compiled for a CUDA target (sm_90, the H200) by Triton's compiler and ptxas.
-Used by tests/test_triton_compile.py (does every kernel compile?) and
-scripts/kernel_registers.py (registers and spills of each, from `ptxas -v`).
+Used by tests/test_triton_compile.py (does every kernel compile?),
+scripts/kernel_registers.py (registers and spills of each, from `ptxas -v`) and
+tests/test_gdn_capture.py (would one CUDA graph serve two steps? `recording` gives the grids).
 
 Needs the `triton` package; nothing here runs a kernel."""
 
@@ -13,19 +14,40 @@ import os
 import subprocess
 import tempfile
 from types import SimpleNamespace
+from typing import NamedTuple
 
 import torch
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from engine.kernels import triton_gdn, triton_norms
+from engine.batch import GdnTables
+from engine.kernels import gdn_tables, triton_gdn, triton_norms
 
 H200 = GPUTarget("cuda", 90, 32)
 _TYPES = {
     torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32",
     torch.int32: "i32", torch.int64: "i64",
 }  # fmt: skip
+
+
+# The parameters through which a kernel on a fixed grid reads its bounds from the device
+# (None: a grid sized on the host).
+FIXED_GRID_BOUNDS = ("ROWS", "ROW_RANGE", "CHUNKS")
+
+
+class Launch(NamedTuple):
+    kernel: triton.runtime.JITFunction
+    args: tuple
+    constexprs: dict
+    grid: tuple
+
+    @property
+    def fixed_grid(self) -> bool:
+        """A launch on a grid fixed per token bucket: a device bound given."""
+        names = [p.name for p in self.kernel.params]
+        bounds = (a for n, a in zip(names, self.args, strict=False) if n in FIXED_GRID_BOUNDS)
+        return any(isinstance(a, torch.Tensor) for a in bounds)
 
 
 class _Recorder:
@@ -36,13 +58,13 @@ class _Recorder:
 
     def __getitem__(self, grid):
         def launch(*args, **constexprs):
-            self.launches.append((self.kernel, args, constexprs))
+            self.launches.append(Launch(self.kernel, args, constexprs, tuple(grid)))
 
         return launch
 
 
 @contextlib.contextmanager
-def _recording(launches: list):
+def recording(launches: list):
     """Every @triton.jit function of the kernel modules swapped for a recorder, and back."""
     swapped = []
     for module in (triton_norms, triton_gdn):
@@ -58,12 +80,13 @@ def _recording(launches: list):
             setattr(module, name, value)
 
 
-def record_launches(dtype: torch.dtype) -> list[tuple]:
-    """(kernel, positional args, constexprs) of every launch the wrappers make for one prefill
-    step of 3 rows (1, 5 and 64 tokens) at 0.8b's shapes, activations in `dtype`, each Gated
-    DeltaNet kernel from row 0 and, as a mixed step's dispatch launches it, from row 1."""
+def record_launches(dtype: torch.dtype) -> list[Launch]:
+    """Every launch the wrappers make for one prefill step of 3 rows (1, 5 and 64 tokens) at
+    0.8b's shapes, activations in `dtype`, each Gated DeltaNet kernel from row 0 and, as a
+    mixed step's dispatch launches it, from row 1; and the conv and Gated DeltaNet of that
+    step padded to a bucket of 128 tokens on fixed grids (`gated_delta_fixed_grid`)."""
     launches: list = []
-    with _recording(launches):
+    with recording(launches):
         _run_wrappers(dtype)
     return launches
 
@@ -105,13 +128,26 @@ def _run_wrappers(dtype: torch.dtype) -> None:
             kernel(mixed, ab, ab, *gates, state, meta, k_heads, dim, dim, chunk=chunk)
     for kind in ("triton", "triton_split"):  # row 0 (1 token) recurrent, the rest from ROW0=1
         triton_gdn.gated_delta_prefill(kind, mixed, ab, ab, *gates, state, meta, k_heads, dim, dim)
+    bucket, max_rows = 128, 256  # the step padded to a bucket, its tables staged
+    i32 = dict(dtype=torch.int32)
+    chunks = gdn_tables.max_chunks(2048, max_rows)
+    tables = GdnTables(
+        torch.zeros(4, **i32), torch.zeros(chunks, **i32), torch.zeros(chunks, **i32),
+        torch.zeros(max_rows + 1, **i32), max_rows, gdn_tables.CHUNK,
+    )  # fmt: skip
+    padded = SimpleNamespace(**vars(meta), gdn_tables=tables)
+    mixed = torch.zeros(bucket, channels, dtype=dtype)
+    triton_gdn.causal_conv(mixed, *conv, padded)
+    ab = torch.zeros(bucket, v_heads, dtype=dtype)
+    triton_gdn.gated_delta_fixed_grid(mixed, ab, ab, *gates, state, padded, k_heads, dim, dim)
 
 
 def source(kernel, args, constexprs) -> ASTSource:
     """The ASTSource of one recorded launch: tensors become typed pointers, ints i32, floats
-    fp32, keyword arguments constexprs, in the kernel's parameter order."""
+    fp32, keyword arguments and None constexprs, in the kernel's parameter order."""
     names = [p.name for p in kernel.params]
     given = dict(zip(names, args, strict=False))
+    constexprs = {**constexprs, **{n: None for n, v in given.items() if v is None}}
     signature = {}
     for name in names:
         value = given.get(name)

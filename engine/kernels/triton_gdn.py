@@ -19,6 +19,11 @@ slot index: no gather of a batch's states, no scatter back.
 - `gated_delta_prefill`: a prefill or mixed step's dispatch: the leading rows of one new token
   (a mixed step's decode rows) through the recurrence, the rest through a chunked kernel
   (`triton`, `triton_split`, or `auto`: the split one for rows of SPLIT_FROM_TOKENS or more).
+- `gated_delta_fixed_grid`: the same dispatch (recurrence, then the split kernel) for a step
+  padded to a token bucket, on grids set by the bucket, the step's counts and chunk tables
+  read from the device where the step inputs staged them: what a CUDA graph can capture
+  (engine.piecewise_gdn). The row and chunk kernels take those device bounds (`ROWS`,
+  `ROW_RANGE`, `CHUNKS`; None: a grid sized on the host) and their programs past them exit.
 
 Layouts follow the torch reference (engine/layers/gated_delta.py): conv state
 [slots, channels, kernel-1], recurrent state [slots, heads, k_dim, v_dim] (fp32, or bf16 with
@@ -27,9 +32,12 @@ engine.state_dtype: the kernels read it into fp32 and round it back on the store
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 import triton
 import triton.language as tl
+
+from engine.kernels.gdn_tables import max_chunks, one_token_prefix
 
 
 @triton.jit
@@ -63,9 +71,12 @@ def _conv_kernel(
 
 @triton.jit
 def _conv_state_kernel(
-    X, STATE, CU, CACHED, SLOTS, stride_xt, C, KW: tl.constexpr, BLOCK_C: tl.constexpr
+    X, STATE, CU, CACHED, SLOTS, ROWS, stride_xt, C, KW: tl.constexpr, BLOCK_C: tl.constexpr
 ):
     row = tl.program_id(0)
+    if ROWS is not None:  # a fixed grid: programs past the step's rows (read here) exit
+        if row >= tl.load(ROWS):
+            return
     cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     cmask = cols < C
     start = tl.load(CU + row)
@@ -115,13 +126,20 @@ def causal_conv(x, weight, conv_state, meta) -> torch.Tensor:
     """x [T, C] (rows may be strided), weight [C, K]; `meta` is the step's ForwardBatch
     (token_row, cu_seqlens, cached, state_slots as int32 device tensors). Returns silu(conv)
     [T, C] in x's dtype and updates each row's slot of conv_state [slots, C, K-1]. A decode
-    step (one token a row) runs one fused launch, any other step two."""
+    step (one token a row) runs one fused launch, any other step two. With staged tables
+    (`meta.gdn_tables`: a step padded to a token bucket), the two launches on grids fixed by
+    the token count, the row count read from the device: a padding token (token_row 0) writes
+    only its own output."""
     tokens, channels = x.shape
     kernel = weight.shape[1]
     out = torch.empty((tokens, channels), dtype=x.dtype, device=x.device)
     block = 256
     grid_c = triton.cdiv(channels, block)
-    if tokens and getattr(meta, "is_decode", False):
+    staged = getattr(meta, "gdn_tables", None)
+    rows, row_count = meta.num_rows, None
+    if staged is not None:
+        rows, row_count = staged.row_bound(tokens), staged.counts[2:]
+    if tokens and staged is None and getattr(meta, "is_decode", False):
         _conv_decode_kernel[(tokens, grid_c)](
             x, weight, conv_state, out, meta.cached, meta.state_slots, x.stride(0), channels,
             KW=kernel, BLOCK_C=block, BLOCK_K=triton.next_power_of_2(kernel - 1),
@@ -131,9 +149,9 @@ def causal_conv(x, weight, conv_state, meta) -> torch.Tensor:
             x, weight, conv_state, out, meta.token_row, meta.cu_seqlens, meta.cached,
             meta.state_slots, x.stride(0), channels, KW=kernel, BLOCK_C=block,
         )  # fmt: skip
-        _conv_state_kernel[(meta.num_rows, grid_c)](
-            x, conv_state, meta.cu_seqlens, meta.cached, meta.state_slots, x.stride(0),
-            channels, KW=kernel, BLOCK_C=block,
+        _conv_state_kernel[(rows, grid_c)](
+            x, conv_state, meta.cu_seqlens, meta.cached, meta.state_slots, row_count,
+            x.stride(0), channels, KW=kernel, BLOCK_C=block,
         )  # fmt: skip
     return out
 
@@ -162,11 +180,16 @@ def _row_state_tile(
 @triton.jit
 def _gdn_recurrent_kernel(
     QKV, A, B, A_LOG, DT_BIAS, STATE, OUT, CU, CACHED, SLOTS,
-    ROW0, stride_t, stride_ab, HK, HV, scale,
+    ROW0, ROW_RANGE, stride_t, stride_ab, HK, HV, scale,
     DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr,
 ):  # fmt: skip
+    row0 = ROW0
+    if ROW_RANGE is not None:  # a fixed grid: the rows [first, end) read from the device
+        row0 = tl.load(ROW_RANGE)
+        if tl.program_id(0) + row0 >= tl.load(ROW_RANGE + 1):
+            return
     _, h, start, end, vd, vmask, sptr, state = _row_state_tile(
-        STATE, CU, CACHED, SLOTS, ROW0, HV, DK, DV, BV
+        STATE, CU, CACHED, SLOTS, row0, HV, DK, DV, BV
     )
     hk = h // (HV // HK)  # each q/k head serves consecutive value heads
     kd = tl.arange(0, DK)
@@ -213,10 +236,11 @@ def _output(qkv, v_heads: int, v_dim: int, out: torch.Tensor | None) -> torch.Te
 
 def _launch(
     kernel, qkv, a, b, A_log, dt_bias, ssm_state, meta, k_heads, k_dim, v_dim,
-    row0: int, rows: int | None, out: torch.Tensor | None, **const,
+    row0: int, rows: int | None, out: torch.Tensor | None, row_range=None, **const,
 ):  # fmt: skip
     """One launch of a Gated DeltaNet kernel: a program per (row, value head, value block) for
-    `rows` rows from `row0`."""
+    `rows` rows from `row0`; with `row_range` (a device [first, end) pair), `rows` programs
+    for the rows from `first`, those past `end` exiting (a fixed grid)."""
     v_heads = a.shape[1]
     out = _output(qkv, v_heads, v_dim, out)
     rows = meta.num_rows - row0 if rows is None else rows
@@ -224,8 +248,8 @@ def _launch(
     if qkv.shape[0] and rows:
         kernel[(rows, v_heads, triton.cdiv(v_dim, bv))](
             qkv, a, b, A_log, dt_bias, ssm_state, out, meta.cu_seqlens, meta.cached,
-            meta.state_slots, row0, qkv.stride(0), a.stride(0), k_heads, v_heads, k_dim**-0.5,
-            DK=k_dim, DV=v_dim, BV=bv, **const,
+            meta.state_slots, row0, row_range, qkv.stride(0), a.stride(0), k_heads, v_heads,
+            k_dim**-0.5, DK=k_dim, DV=v_dim, BV=bv, **const,
         )  # fmt: skip
     return out
 
@@ -233,12 +257,17 @@ def _launch(
 @triton.jit
 def _gdn_chunked_kernel(
     QKV, A, B, A_LOG, DT_BIAS, STATE, OUT, CU, CACHED, SLOTS,
-    ROW0, stride_t, stride_ab, HK, HV, scale,
+    ROW0, ROW_RANGE, stride_t, stride_ab, HK, HV, scale,
     DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr, C: tl.constexpr,
     LEVELS: tl.constexpr,
 ):  # fmt: skip
+    row0 = ROW0
+    if ROW_RANGE is not None:  # a fixed grid: the rows [first, end) read from the device
+        row0 = tl.load(ROW_RANGE)
+        if tl.program_id(0) + row0 >= tl.load(ROW_RANGE + 1):
+            return
     _, h, start, end, vd, vmask, sptr, state = _row_state_tile(
-        STATE, CU, CACHED, SLOTS, ROW0, HV, DK, DV, BV
+        STATE, CU, CACHED, SLOTS, row0, HV, DK, DV, BV
     )  # state [DK, BV]
     hk = h // (HV // HK)
     kd = tl.arange(0, DK)
@@ -342,11 +371,14 @@ def _chunk_gates_and_keys(
 
 @triton.jit
 def _gdn_prepare_kernel(
-    QKV, A, B, A_LOG, DT_BIAS, CHUNK_ROW, CHUNK_START, CU, W, U, KD, G,
+    QKV, A, B, A_LOG, DT_BIAS, CHUNK_ROW, CHUNK_START, CU, W, U, KD, G, CHUNKS,
     stride_t, stride_ab, HK, HV,
     DK: tl.constexpr, DV: tl.constexpr, C: tl.constexpr, LEVELS: tl.constexpr,
 ):  # fmt: skip
     chunk, h = tl.program_id(0), tl.program_id(1)
+    if CHUNKS is not None:  # a fixed grid: programs past the step's chunks (read here) exit
+        if chunk >= tl.load(CHUNKS):
+            return
     c0 = tl.load(CHUNK_START + chunk)
     end = tl.load(CU + tl.load(CHUNK_ROW + chunk) + 1)
     hk = h // (HV // HK)
@@ -401,11 +433,16 @@ def _unit_lower_inverse(lower, count, C: tl.constexpr, LEVELS: tl.constexpr):
 
 @triton.jit
 def _gdn_states_kernel(
-    W, U, KD, G, STATE, H, CU, CACHED, SLOTS, FIRST_CHUNK, ROW0, HV,
+    W, U, KD, G, STATE, H, CU, CACHED, SLOTS, FIRST_CHUNK, ROW0, ROW_RANGE, HV,
     DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr, C: tl.constexpr,
 ):  # fmt: skip
+    row0 = ROW0
+    if ROW_RANGE is not None:  # a fixed grid: the rows [first, end) read from the device
+        row0 = tl.load(ROW_RANGE)
+        if tl.program_id(0) + row0 >= tl.load(ROW_RANGE + 1):
+            return
     row, h, start, end, vd, vmask, sptr, state = _row_state_tile(
-        STATE, CU, CACHED, SLOTS, ROW0, HV, DK, DV, BV
+        STATE, CU, CACHED, SLOTS, row0, HV, DK, DV, BV
     )  # state [DK, BV]
     first = tl.load(FIRST_CHUNK + row)
     ci = tl.arange(0, C)
@@ -430,11 +467,14 @@ def _gdn_states_kernel(
 
 @triton.jit
 def _gdn_outputs_kernel(
-    QKV, A, B, A_LOG, DT_BIAS, CHUNK_ROW, CHUNK_START, CU, U, H, OUT,
+    QKV, A, B, A_LOG, DT_BIAS, CHUNK_ROW, CHUNK_START, CU, U, H, OUT, CHUNKS,
     stride_t, stride_ab, HK, HV, scale,
     DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr, C: tl.constexpr,
 ):  # fmt: skip
     chunk, h, vb = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    if CHUNKS is not None:  # a fixed grid: programs past the step's chunks (read here) exit
+        if chunk >= tl.load(CHUNKS):
+            return
     c0 = tl.load(CHUNK_START + chunk)
     end = tl.load(CU + tl.load(CHUNK_ROW + chunk) + 1)
     hk = h // (HV // HK)
@@ -514,29 +554,43 @@ def gated_delta_chunked_split(
     """`gated_delta_chunked`'s contract in three launches (prepare, states, outputs), whose
     serial part is two tile products a chunk; `meta` also needs `num_new` (host row lengths).
     Scratch: fp32 W, K', U [T, Hv, K|V] and the state before each chunk [chunks, Hv, K, V]."""
-    tokens = qkv.shape[0]
-    v_heads = a.shape[1]
-    out = _output(qkv, v_heads, v_dim, out)
-    if not tokens or row0 == meta.num_rows:
+    out = _output(qkv, a.shape[1], v_dim, out)
+    if not qkv.shape[0] or row0 == meta.num_rows:
         return out
-    levels = _doublings(chunk)
-    count, chunk_row, chunk_start, first = _chunk_tables(meta, chunk, row0)
-    w, k_decayed, u, g, h = _split_scratch(meta, (tokens, v_heads, k_dim, v_dim, count), qkv)
+    count, *tables = _chunk_tables(meta, chunk, row0)
+    rows = (meta.num_rows - row0, row0, None)
+    _split_launches(qkv, a, b, A_log, dt_bias, ssm_state, meta, k_heads, k_dim, v_dim, chunk,
+                    (count, *tables, None), rows, out)  # fmt: skip
+    return out
+
+
+def _split_launches(
+    qkv, a, b, A_log, dt_bias, ssm_state, meta, k_heads, k_dim, v_dim, chunk: int,
+    chunks: tuple, rows: tuple, out: torch.Tensor,
+) -> None:  # fmt: skip
+    """The split kernel's three launches into `out`: `chunks` = (the chunk programs, each
+    chunk's row, its first token, each row's first chunk, the device chunk count or None),
+    `rows` = (the row programs, the first row, the device [first, end) rows or None); a device
+    count or range makes the grid a bound whose programs past it exit."""
+    count, chunk_row, chunk_start, first, chunk_count = chunks
+    row_programs, row0, row_range = rows
+    v_heads = a.shape[1]
+    w, k_decayed, u, g, h = _split_scratch(meta, (qkv.shape[0], v_heads, k_dim, v_dim, count), qkv)
     bv = min(16, triton.next_power_of_2(v_dim))
     common = dict(DK=k_dim, DV=v_dim, C=chunk)
     _gdn_prepare_kernel[(count, v_heads)](
         qkv, a, b, A_log, dt_bias, chunk_row, chunk_start, meta.cu_seqlens, w, u, k_decayed, g,
-        qkv.stride(0), a.stride(0), k_heads, v_heads, LEVELS=levels, **common,
+        chunk_count, qkv.stride(0), a.stride(0), k_heads, v_heads, LEVELS=_doublings(chunk),
+        **common,
     )  # fmt: skip
-    _gdn_states_kernel[(meta.num_rows - row0, v_heads, triton.cdiv(v_dim, bv))](
+    _gdn_states_kernel[(row_programs, v_heads, triton.cdiv(v_dim, bv))](
         w, u, k_decayed, g, ssm_state, h, meta.cu_seqlens, meta.cached, meta.state_slots, first,
-        row0, v_heads, BV=bv, **common,
+        row0, row_range, v_heads, BV=bv, **common,
     )  # fmt: skip
     _gdn_outputs_kernel[(count, v_heads, triton.cdiv(v_dim, bv))](
         qkv, a, b, A_log, dt_bias, chunk_row, chunk_start, meta.cu_seqlens, u, h, out,
-        qkv.stride(0), a.stride(0), k_heads, v_heads, k_dim**-0.5, BV=bv, **common,
+        chunk_count, qkv.stride(0), a.stride(0), k_heads, v_heads, k_dim**-0.5, BV=bv, **common,
     )  # fmt: skip
-    return out
 
 
 # `auto`'s choice, made per step on the host from the longest chunked row. Measured on the
@@ -554,7 +608,7 @@ def _one_token_rows(meta) -> int:
     first), counted once a step and kept on `meta` (`gdn_one_token_rows`)."""
     kept = getattr(meta, "gdn_one_token_rows", None)
     if kept is None:
-        kept = next((r for r, n in enumerate(meta.num_new) if n != 1), meta.num_rows)
+        kept = one_token_prefix(np.asarray(meta.num_new))
         meta.gdn_one_token_rows = kept
     return kept
 
@@ -578,3 +632,31 @@ def gated_delta_prefill(
         long = max(meta.num_new[single:]) >= SPLIT_FROM_TOKENS
         kind = "triton_split" if long else "triton"
     return _CHUNKED[kind](*args, row0=single, out=out)
+
+
+def gated_delta_fixed_grid(
+    qkv, a, b, A_log, dt_bias, ssm_state, meta, k_heads, k_dim, v_dim
+) -> torch.Tensor:
+    """`gated_delta_prefill`'s result for a step padded to a token bucket whose tables the step
+    inputs staged (`meta.gdn_tables`), on grids set by the token count alone: the leading
+    one-token rows through the recurrence, the rest through the split kernel, every count and
+    table read from the device at the staged (fixed) addresses. A launch's grid and its other
+    arguments are the same for every step of the bucket, so one CUDA graph serves them all.
+    Padding tokens' outputs are 0."""
+    staged = meta.gdn_tables
+    tokens = qkv.shape[0]
+    out = qkv.new_zeros((tokens, a.shape[1], v_dim))
+    if not tokens:
+        return out
+    rows = staged.row_bound(tokens)
+    counts = staged.counts  # [0, the leading one-token rows, rows, chunks]
+    _launch(
+        _gdn_recurrent_kernel, qkv, a, b, A_log, dt_bias, ssm_state, meta, k_heads, k_dim,
+        v_dim, 0, rows, out, row_range=counts,
+    )  # fmt: skip
+    chunk = staged.chunk
+    chunks = (max_chunks(tokens, rows, chunk), staged.chunk_row, staged.chunk_start,
+              staged.first_chunk, counts[3:])  # fmt: skip
+    _split_launches(qkv, a, b, A_log, dt_bias, ssm_state, meta, k_heads, k_dim, v_dim, chunk,
+                    chunks, (rows, 0, counts[1:]), out)  # fmt: skip
+    return out

@@ -121,9 +121,11 @@ class Engine:
         )
         self.scheduler = Scheduler(config, self.cache)
         slots = 2 if config.double_buffer else 1
+        if config.piecewise_gdn and not config.piecewise_graphs:
+            raise ConfigError("engine.piecewise_gdn needs engine.piecewise_graphs: true")
         self.ops = build_ops(
             config.kernels, model, self.device, config.page_size, slots, config.gdn_prefill,
-            config.decode_tensor_cores,
+            config.decode_tensor_cores, config.piecewise_gdn,
         )  # fmt: skip
         max_pages = self.cache.pages_for(config.max_model_len)
         self.inputs = StepInputs(

@@ -28,6 +28,13 @@ order); the staged host buffers behind it and FlashInfer's per-slot wrappers, pl
 for the split ops, are the step inputs' and the attention backend's own double buffers
 (`force_double_buffer`), which the runner checks at startup like the decode runner.
 
+Capturing Gated DeltaNet too (`engine.piecewise_gdn`): where the ops declare their
+`linear_attention` capturable, it is no split op for this runner. Each step then stages Gated
+DeltaNet's row and chunk tables with its inputs (fixed addresses), and the op, called inside
+a piece on the bucket's tokens, launches its kernels on grids set by the bucket, reading the
+step's counts and tables from the device (triton_gdn.gated_delta_fixed_grid). Only attention
+stays eager: 0.8b's 25 pieces become 7.
+
 Capture happens once at startup, largest bucket first, all buckets sharing one memory pool; a
 log line says buckets, pieces, memory and seconds.
 """
@@ -46,14 +53,22 @@ log = logging.getLogger("engine.worker")
 
 TOKEN_BUCKETS = (16, 32, 64, 128, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096)
 
-# The ops a piece ends at, and the positions of their token-axis arguments (the rest are
-# caches, layers, the batch and constants, passed as they are).
+# The ops a piece may end at (which of them do: `split_ops`, per runner), and the positions
+# of their token-axis arguments (the rest are caches, layers, the batch and constants).
 SPLIT_OPS = {"attention": (0, 1, 2), "linear_attention": (1, 2, 3)}
 BATCH_ARG = {"attention": 5, "linear_attention": 6}
 
 
 def token_buckets_up_to(max_tokens: int) -> list[int]:
     return [*(b for b in TOKEN_BUCKETS if b < max_tokens), max_tokens]
+
+
+def split_ops(ops) -> tuple[str, ...]:
+    """The ops the pieces end at: SPLIT_OPS, less Gated DeltaNet where the ops declare it
+    capturable (it then runs inside the pieces on the step's staged tables)."""
+    if getattr(ops, "linear_attention_capturable", False):
+        return ("attention",)
+    return tuple(SPLIT_OPS)
 
 
 @dataclass
@@ -90,10 +105,11 @@ class _Splitter:
     def __init__(self, ops, batch, tokens: int, body: CapturedBody, pool=None):
         self._ops, self._batch, self._tokens = ops, batch, tokens
         self._body, self._pool = body, pool
+        self._splits = split_ops(ops)
 
     def __getattr__(self, name: str):
         real = getattr(self._ops, name)
-        if name not in SPLIT_OPS:
+        if name not in self._splits:
             return real
         return lambda *args: self._split(name, args)
 
@@ -147,6 +163,7 @@ class PiecewiseGraphs:
     def __init__(self, model, cache, ops, inputs, max_tokens: int):
         self.model, self.cache, self.ops, self.inputs = model, cache, ops, inputs
         self.buckets = token_buckets_up_to(max_tokens)
+        self.gdn_captured = "linear_attention" not in split_ops(ops)
         self.bodies: dict[int, CapturedBody] = {}
         start = time.perf_counter()
         free_before = torch.cuda.mem_get_info()[0]
@@ -157,9 +174,9 @@ class PiecewiseGraphs:
         used = (free_before - torch.cuda.mem_get_info()[0]) / 2**20
         pieces = len(self.bodies[self.buckets[0]].graphs)
         log.info(
-            "piecewise graphs: %d token buckets (%s), %d pieces each, %.0f MiB, %.1f s",
-            len(self.buckets), ",".join(map(str, self.buckets)), pieces, used,
-            time.perf_counter() - start,
+            "piecewise graphs: %d token buckets (%s), %d pieces each (split at %s), %.0f MiB, "
+            "%.1f s", len(self.buckets), ",".join(map(str, self.buckets)), pieces,
+            " and ".join(split_ops(ops)), used, time.perf_counter() - start,
         )  # fmt: skip
 
     def bucket_for(self, tokens: int) -> int | None:
@@ -169,7 +186,9 @@ class PiecewiseGraphs:
     def _capture(self, bucket: int, pool) -> CapturedBody:
         # One sink row of one token, padded to the bucket: the split ops do valid work on the
         # sink page and slot while capturing; the pieces see only the token count.
-        batch = self.inputs.stage([], self.cache, self.ops, pad_to=1, pad_tokens_to=bucket)
+        batch = self.inputs.stage(
+            [], self.cache, self.ops, pad_to=1, pad_tokens_to=bucket, gdn_tables=self.gdn_captured
+        )
         self.ops.begin_step(batch)
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
@@ -190,8 +209,9 @@ class PiecewiseGraphs:
         tokens = sum(r.num_new for r in rows)
         bucket = self.bucket_for(tokens)
         batch = self.inputs.stage(
-            rows, self.cache, self.ops, feed_index=feed_index, pad_tokens_to=bucket
-        )
+            rows, self.cache, self.ops, feed_index=feed_index, pad_tokens_to=bucket,
+            gdn_tables=self.gdn_captured,
+        )  # fmt: skip
         batch.gather_fed_tokens(fed)
         self.ops.begin_step(batch)
         body = self.bodies[bucket]

@@ -23,8 +23,9 @@ from itertools import chain
 import numpy as np
 import torch
 
-from engine.batch import ForwardBatch, HostLayout
+from engine.batch import ForwardBatch, GdnTables, HostLayout
 from engine.cache import KVCache
+from engine.kernels.gdn_tables import CHUNK, chunk_tables, max_chunks, one_token_prefix
 from engine.worker.scheduler import ScheduledRow
 
 TOKEN_FIELDS = ("input_ids", "positions", "slot_mapping", "token_row", "feed_index")
@@ -42,6 +43,13 @@ class StepInputs:
         self.on_cuda = device.type == "cuda"
         sizes = {name: max_tokens for name in TOKEN_FIELDS}
         sizes |= {name: max_rows + 1 for name in ROW_FIELDS}
+        # Gated DeltaNet's tables for fixed grids, before the page lists: the copy ends at the
+        # last field written, so every step copies their span (4 KiB at max_rows 256, 2048
+        # tokens), where after the page table (only the reference's) a step staging them
+        # would copy that whole table
+        self.max_rows, self.max_chunks = max_rows, max_chunks(max_tokens, max_rows)
+        sizes |= {"gdn_counts": 4, "gdn_first_chunk": max_rows + 1}
+        sizes |= {"gdn_chunk_row": self.max_chunks, "gdn_chunk_start": self.max_chunks}
         sizes |= {"kv_indices": max_rows * max_pages, "page_table": max_rows * max_pages}
         self.offsets, offset = {}, 0
         for name, size in sizes.items():  # the page table last: only the reference reads it
@@ -69,13 +77,15 @@ class StepInputs:
         pad_to: int | None = None,
         feed_index: dict[int, int] | None = None,
         pad_tokens_to: int | None = None,
+        gdn_tables: bool = False,
     ) -> ForwardBatch:
         """The step's ForwardBatch; with `pad_to`, a decode step padded to that many rows;
         with `pad_tokens_to`, the token fields padded to that many tokens (the piecewise
         runner's token bucket: padding tokens have id 0, position 0 and store no K/V, and
         belong to no row). `feed_index` maps the rid of a row whose input token the host
         does not have yet to that token's index in the in-flight step's output (see
-        ForwardBatch.gather_fed_tokens)."""
+        ForwardBatch.gather_fed_tokens). `gdn_tables`: stage Gated DeltaNet's row and chunk
+        tables too, for its kernels on grids fixed per token bucket (ForwardBatch.gdn_tables)."""
         page_size = cache.page_size
         real = len(rows)
         pad = (pad_to or real) - real
@@ -130,6 +140,8 @@ class StepInputs:
             "kv_last_page_len": last_page_len,
             "kv_indices": kv_indices,
         }
+        if gdn_tables:
+            parts |= self._gdn_parts(num_new)
         if getattr(ops, "reads_page_table", True):
             width = int(row_pages.max())
             table = np.full((real + pad, width), -1, dtype=np.int64)
@@ -153,7 +165,30 @@ class StepInputs:
             kv_indices=dev["kv_indices"],
             last_index=dev["last_index"],
             host=HostLayout(host["kv_indptr"], host["kv_last_page_len"], host["cu_seqlens"], cu),
+            gdn_tables=self._gdn_tables(dev) if gdn_tables else None,
         )
+
+    def _gdn_tables(self, dev: dict[str, torch.Tensor]) -> GdnTables:
+        fields = ("gdn_counts", "gdn_chunk_row", "gdn_chunk_start", "gdn_first_chunk")
+        return GdnTables(*(dev[name] for name in fields), self.max_rows, CHUNK)
+
+    def _gdn_parts(self, num_new: np.ndarray) -> dict[str, np.ndarray]:
+        """The Gated DeltaNet tables of rows of `num_new` tokens, each field at its full size
+        (the same views every step): the counts [0, the leading one-token rows, rows, chunks],
+        and the chunks of the rows after those."""
+        single = one_token_prefix(num_new)
+        chunk_row, chunk_start, first = chunk_tables(num_new, single)
+        chunks = len(chunk_row)
+
+        def full(array: np.ndarray, size: int) -> np.ndarray:
+            return np.pad(array, (0, size - len(array)))
+
+        return {
+            "gdn_counts": np.array([0, single, len(num_new), chunks]),
+            "gdn_first_chunk": full(first, self.max_rows + 1),
+            "gdn_chunk_row": full(chunk_row, self.max_chunks),
+            "gdn_chunk_start": full(chunk_start, self.max_chunks),
+        }
 
     def _send(self, parts: dict[str, np.ndarray]):
         """Write each field at its offset, copy the used prefix in one H2D copy, and return
