@@ -79,11 +79,12 @@ for stage in "${stages[@]}"; do
     gdncap)  # engine.piecewise_gdn (Gated DeltaNet captured in the piecewise graphs): the
       # 0.8b piecewise replay test with it off and on, then prefill and mixed steps beside 64
       # decoding rows with it off (gdn_prefill auto) and on, profiled (host and GPU tables)
-      timeout 330 python3 -m pytest -m gpu -q -rA -s tests/test_gpu.py \
+      # (guards sum to under a call's 600 s: the test ~200 s, each step run ~40-70 s)
+      timeout 240 python3 -m pytest -m gpu -q -rA -s tests/test_gpu.py \
         -k "08b_piecewise_replay" 2>&1 | tee "$OUT/gdncap_tests.log"
       for mix in --no-mixing --mixing; do
         for cap in --no-piecewise-gdn --piecewise-gdn; do
-          timeout 120 python3 -m benchmarks.bench_gpu_step --batch 64 --context 512 --steps 5 \
+          timeout 85 python3 -m benchmarks.bench_gpu_step --batch 64 --context 512 --steps 5 \
             --graphs --piecewise $mix $cap --prefill 1x384 4x256 1x1536 \
             --profile /tmp/profile_gdncap$mix$cap 2>&1 | grep -E "step,|Error|error" \
             | tee -a "$OUT/bench_step.log"
