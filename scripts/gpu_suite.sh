@@ -26,9 +26,10 @@ for stage in "${stages[@]}"; do
       timeout 420 python3 -m pytest -m gpu -q -rA tests/test_gpu_double_buffer.py \
         tests/test_gpu_kernels.py tests/test_gpu.py 2>&1 | tee "$OUT/gpu_tests.log" ;;
     quick)  # the loop, graphs, buffers and sampler, without the slow 0.8b model comparisons
+      # (the 0.8b piecewise replay test, off and on for engine.piecewise_gdn: stage gdncap)
       timeout 560 python3 -m pytest -m gpu -q -rA tests/test_gpu_double_buffer.py \
         tests/test_gpu.py tests/test_gpu_kernels.py \
-        -k "tiny or overlapped or graph_replay or piecewise or sampling or interchangeable or hazard or buffer or gated_deltanet or flashinfer" \
+        -k "(tiny or overlapped or graph_replay or piecewise or sampling or interchangeable or hazard or buffer or gated_deltanet or flashinfer or wait) and not 08b_piecewise_replay" \
         2>&1 | tee "$OUT/gpu_tests.log" ;;
     step)  # decode steps (eager, graphs) and prefill/mixed steps (eager, piecewise)
       for b in 64 128; do
