@@ -75,6 +75,11 @@ class EngineConfig:
     # window-count bucket up to max_rows (engine/worker/codec_graphs.py); ignored on a CPU.
     # On since its GPU tests passed and it measured +28% audio-s/s (docs/evidence/codec_graphs).
     codec_graphs: bool = True
+    # The codec stage's step in two phases (engine/worker/stream_stage.py): begin (decode
+    # queued, PCM copied back without blocking) in one worker iteration, finish (wait, then
+    # the postprocess and frames) in the next, so the host no longer waits out the codec's
+    # device work. Off (strict) until measured on a GPU. The same frames either way.
+    codec_overlap: bool = False
     # Resources that stage host data behind a non-blocking copy (the step inputs, FlashInfer's
     # plans) keep two host buffers used in turn; off: one (the staging hazard, for an A/B).
     double_buffer: bool = True

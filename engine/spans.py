@@ -153,6 +153,7 @@ class NodeSpans:
 
     forward: str
     postprocess_batch: str
+    completion_wait: str
     check_stop: str
     runtime: str
     store_tensors: str
@@ -162,7 +163,7 @@ class NodeSpans:
 
     @classmethod
     def of(cls, node: str | None) -> NodeSpans:
-        names = (FORWARD, POSTPROCESS_BATCH) + tuple(
+        names = (FORWARD, POSTPROCESS_BATCH, COMPLETION_WAIT) + tuple(
             POSTPROCESS + stage
             for stage in ("check_stop", "runtime", "store_tensors", "send_prep", "tail")
         )

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every GPU test and benchmark of the project, for one `device` run (see docs/BENCHMARKS.md):
 #   bash scripts/gpu_suite.sh STAGE...  STAGE: tests | quick | step | prefill | options | mixed |
-#   gdn | gdncap | run | evidence | orpheus | codec | all
+#   gdn | gdncap | run | evidence | orpheus | codec | codec_overlap | all
 # with carry [".whl", ".jitcache"]. Logs go under $OUT (default ./gpu-out). JIT caches
 # (FlashInfer, Triton) are restored from .jitcache/ when present and saved to $OUT/jit-*.
 set -uo pipefail
@@ -138,6 +138,17 @@ for stage in "${stages[@]}"; do
           --time-budget 330 \
           --arm off=engine.codec_graphs=false --arm on=engine.codec_graphs=true \
           --out /tmp/orpheus-codec 2>&1 | head -n 40 | tee "$OUT/orpheus_codec.log" ;;
+    codec_overlap)  # the codec stage in two phases (engine.codec_overlap): its GPU tests, then,
+      # if they pass, Orpheus 3b off vs on at c=64 (codec graphs on in both arms)
+      timeout 150 python3 -m pytest -m gpu -q -rA -s tests/test_gpu.py -k codec_overlap 2>&1 \
+        | tee "$OUT/codec_overlap_tests.log" \
+        && timeout 450 python3 -m harness run orpheus -c 64 --abba --requests 128 --warmup 16 \
+          --time-budget 330 --report \
+          --arm off=engine.codec_overlap=false --arm on=engine.codec_overlap=true \
+          --out /tmp/orpheus-codec-overlap 2>&1 | head -n 40 \
+          | tee "$OUT/orpheus_codec_overlap.log" \
+        ; tar -C /tmp -c -z -f "$OUT/orpheus-codec-overlap.tgz" --exclude='*.parquet' \
+          orpheus-codec-overlap 2>/dev/null ;;
   esac
 done
 # Save the JIT caches (compiled .so files and Triton cubins only) for the next machine.

@@ -26,6 +26,9 @@ def test_overrides_are_typed():
     s = load_scenario("orpheus", "tiny", parse_overrides("engine.codec_graphs=false"))
     assert s.engine.codec_graphs is False and s.to_dict()["engine"]["codec_graphs"] is False
     assert load_scenario("orpheus", "3b").engine.codec_graphs is True  # the default
+    s = load_scenario("orpheus", "tiny", parse_overrides("engine.codec_overlap=true"))
+    assert s.engine.codec_overlap is True and s.to_dict()["engine"]["codec_overlap"] is True
+    assert load_scenario("orpheus", "3b").engine.codec_overlap is False  # until measured
 
 
 @pytest.mark.parametrize("name,size,overrides,message", [
@@ -33,6 +36,7 @@ def test_overrides_are_typed():
     ("qwen35", "huge", "", "has no size 'huge'"),
     ("qwen35", "tiny", "engine.mixing=maybe", "engine.mixing must be true or false"),
     ("orpheus", "tiny", "engine.codec_graphs=1", "engine.codec_graphs must be true or false"),
+    ("orpheus", "tiny", "engine.codec_overlap=2", "engine.codec_overlap must be true or false"),
     ("qwen35", "tiny", "engine.max_rows=-1", "must not be negative"),
     ("qwen35", "tiny", "engine.max_rows=1.5", "must be an integer"),
     ("qwen35", "tiny", "engine.nosuch=1", "unknown setting engine.nosuch"),

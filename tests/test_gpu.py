@@ -10,12 +10,13 @@ import pytest
 import torch
 
 from engine.config import load_scenario
-from engine.messages import AddRequest, StepFrames
+from engine.messages import AddRequest, StepFrames, TokenFrame
 from engine.models import build_model, build_streams
 from engine.models.orpheus import CODEBOOK, WINDOW_TOKENS, audio_token_low
 from engine.worker.codec_graphs import CodecGraphs
 from engine.worker.engine import Engine
 from engine.worker.main import build_worker
+from engine.worker.stream_stage import StreamStage
 from engine.worker.timing import PhaseTimer
 
 pytestmark = pytest.mark.gpu
@@ -381,6 +382,73 @@ def test_tiny_orpheus_worker_with_codec_graphs_streams_the_same_pcm(overlap):
         got = np.frombuffer(graphed[rid], dtype="<i2")
         assert len(want) == 2048 * max(0, lengths[rid] // 7 - 3), rid
         assert _max_pcm_difference(got, want) <= 1, rid
+
+
+@pytest.mark.parametrize(("overlap", "graphs"), [(False, True), (True, True), (True, False)])
+def test_tiny_orpheus_worker_with_codec_overlap_streams_the_same_pcm(overlap, graphs):
+    """INVARIANTS 48 on CUDA: the whole tiny Orpheus worker in fp32, `engine.codec_overlap` on
+    against off, with the codec graphs (and without: the eager decode), under the strict and
+    the overlapped LLM loop: the same audio tokens and the same PCM. Both runs decode the same
+    windows in the same steps, so the PCM should be bit-identical (printed); held to one least
+    significant bit, as the codec graphs test. Streams ending mid-window and one of a single
+    window among them, so steps of 8 windows down to 1 (buckets 8, 4, 2, 1)."""
+    lengths = [28, 35, 41, 56, 49, 63, 30, 44]
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
+        runs = {
+            codec_overlap: _orpheus_on(
+                "cuda", overlap, lengths, codec_graphs=graphs, codec_overlap=codec_overlap
+            )
+            for codec_overlap in (False, True)
+        }
+    (strict_tokens, strict, off), (tokens, overlapped, on) = runs[False], runs[True]
+    assert not off.stages[0].overlap and on.stages[0].overlap
+    assert (on.stages[0].graphs is not None) is graphs
+    assert on.stages[0].pending is None and not on.has_work()
+    assert tokens == strict_tokens
+    worst = 0
+    for rid in strict:
+        want = np.frombuffer(strict[rid], dtype="<i2")
+        got = np.frombuffer(overlapped[rid], dtype="<i2")
+        assert len(want) == 2048 * max(0, lengths[rid] // 7 - 3), rid
+        worst = max(worst, _max_pcm_difference(got, want))
+        assert worst <= 1, rid
+    print("codec_overlap on against off: max |PCM difference|", worst)
+
+
+def test_a_codec_overlap_step_does_not_wait_for_its_device_work():
+    """`engine.codec_overlap`: the stage's step begins a decode and returns while it still runs
+    on the device (its codes go up from pinned memory and its PCM comes back into pinned memory
+    without blocking), and the next step waits for it and emits its window. ~1 s of GPU spin is
+    queued on the stage's stream first: a blocking copy in the step would wait it out, and the
+    spin's event would have completed. Two warm-up steps first allocate both pinned PCM buffers
+    (pinned allocation may synchronize)."""
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
+        ((network, node),) = build_streams("orpheus", "tiny", 0, "float32", "cuda")
+        stage = StreamStage(
+            network, node, PhaseTimer(0, "g", []), 8, graphs=True, max_windows=8, overlap=True
+        )
+        codes = np.random.default_rng(1).integers(0, CODEBOOK, 42)
+        tokens = (audio_token_low(np.arange(42)) + codes).tolist()
+        stage.add_request(AddRequest(0, [1], 42, ignore_eos=True))
+        got: list[TokenFrame] = []
+        assert stage.feed([TokenFrame(0, tokens[:35])]) == []  # two windows
+        assert stage.step(got.extend) == 1 and stage.step(got.extend) == 2  # begin, begin+finish
+        assert stage.step(got.extend) == 1 and stage.pending is None  # finish
+        torch.cuda.synchronize()
+        assert stage.feed([TokenFrame(0, tokens[35:], finish_reason="length")]) == []
+        with torch.cuda.stream(stage.cuda_stream):
+            torch.cuda._sleep(2_000_000_000)  # ~1 s of cycles on the stage's stream
+            spin = torch.cuda.Event()
+            spin.record()
+        assert stage.step(got.extend) == 1  # begins the third window, finishes nothing
+        assert not spin.query(), "the codec step waited for the queued work"
+        assert stage.pending is not None and not stage.pending.done.query()
+        assert stage.step(got.extend) == 1  # finishes it: the last window, the last frame
+        assert stage.pending is None and not stage.streams
+    assert [f.finish_reason for f in got] == [None, None, "length"]
+    want = node.decode(network, np.array([tokens[i * 7 : i * 7 + 28] for i in range(3)]))
+    pcm = np.stack([np.frombuffer(f.audio, dtype="<i2") for f in got])
+    assert _max_pcm_difference(pcm, want) <= 1
 
 
 @pytest.mark.parametrize("kernel", ["triton", "triton_split"])

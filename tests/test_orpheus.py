@@ -4,8 +4,9 @@ The window arithmetic (N frames make 2048 x max(0, N - 3) samples, none lost or 
 stream's end), the SNAC loop ending when its input ends (and not before), both nodes' declared
 policies agreeing with their check_stop (INVARIANTS 2), an abort mid-stream freeing both nodes
 (INVARIANTS 7), batched SNAC decode equal to decoding alone, a codec step padded to its
-graph bucket equal to the plain step (INVARIANTS 41), the LLM's logit mask, and its cached path
-equal to a full forward (INVARIANTS 6)."""
+graph bucket equal to the plain step (INVARIANTS 41), the overlapped codec stage
+(`engine.codec_overlap`) emitting the strict stage's frames (INVARIANTS 48), the LLM's logit
+mask, and its cached path equal to a full forward (INVARIANTS 6)."""
 
 from __future__ import annotations
 
@@ -83,14 +84,22 @@ def assert_one_last_frame(frames: list[TokenFrame], reason: str) -> None:
 
 # --- the window arithmetic and the SNAC loop, at the stage ----------------------------------
 def run_stage(
-    snac, lengths: list[int], ends: dict[int, str] | None = None, graphs: CodecGraphs | None = None
+    snac,
+    lengths: list[int],
+    ends: dict[int, str] | None = None,
+    graphs: CodecGraphs | None = None,
+    chunk: int = 1,
+    **stage_settings,
 ):
     """Stream `lengths[rid]` tokens into one stage, a token per request per iteration as the
-    LLM sends them, its last frame carrying the finish reason (`ends`, default "length");
-    each iteration steps the stage once. `graphs`: the stage's codec graph runner (on a CPU,
-    the eager twin). Returns (frames per rid, streams, stage)."""
+    LLM sends them (`chunk` tokens: input faster than one window a step, so windows queue up
+    behind it), its last frame carrying the finish reason (`ends`, default "length");
+    each iteration steps the stage once, and then it steps on while a step does something (a
+    step in flight finishes). `graphs`: the stage's codec graph runner (on a CPU, the eager twin);
+    `stage_settings`: StreamStage's (overlap, runtime_stops). Returns (frames per rid,
+    streams, stage)."""
     network, node = snac
-    stage = StreamStage(network, node, PhaseTimer(0, "s", []), capacity=4)
+    stage = StreamStage(network, node, PhaseTimer(0, "s", []), capacity=4, **stage_settings)
     stage.graphs = graphs
     streams = {rid: audio_stream(rid, n) for rid, n in enumerate(lengths)}
     for rid, n in enumerate(lengths):
@@ -101,15 +110,17 @@ def run_stage(
         for f in frames:
             out[f.rid].append(f)
 
-    for i in range(max(lengths, default=0) + 1):
+    for i in range(0, max(lengths, default=0) + 1, chunk):
         frames = []
         for rid, tokens in streams.items():
             if i < len(tokens) or (i == 0 and not tokens):
-                last = i >= len(tokens) - 1
+                last = i + chunk >= len(tokens)
                 reason = (ends or {}).get(rid, "length") if last else None
-                frames.append(TokenFrame(rid, tokens[i : i + 1], finish_reason=reason))
+                frames.append(TokenFrame(rid, tokens[i : i + chunk], finish_reason=reason))
         emit(stage.feed(frames))
         stage.step(emit)
+    while stage.step(emit):
+        pass
     return out, streams, stage
 
 
@@ -253,14 +264,41 @@ def test_the_stage_streams_the_same_audio_through_the_codec_graphs_path(snac):
     lengths = [7 * frames for frames in range(4, 16)]
     runner = codec_twin(snac, 8)
     sizes: list[int] = []
-    decode = runner.decode
-    runner.decode = lambda codes: sizes.append(len(codes)) or decode(codes)
+    launch = runner.launch
+    runner.launch = lambda codes, slot: sizes.append(len(codes)) or launch(codes, slot)
     out, _, stage = run_stage(snac, lengths, graphs=runner)
     plain, _, _ = run_stage(snac, lengths)
     assert set(map(runner.bucket_for, sizes)) == {1, 2, 4, 8} and max(sizes) == 8
     for rid in range(len(lengths)):
         assert_same_audio(pcm(out[rid]), pcm(plain[rid]))
     assert not stage.streams
+
+
+@pytest.mark.parametrize(
+    ("graphs", "runtime_stops", "chunk"), [(False, True, 1), (True, False, 1), (False, True, 10)]
+)
+def test_the_overlapped_stage_emits_the_strict_stages_frames(snac, graphs, runtime_stops, chunk):
+    """INVARIANTS 48 at the stage: with `overlap` each step finishes at the next, and every
+    stream of 0 to 8 frames (and 1 or 6 tokens of an unfinished one), ending on "length",
+    "stop" or "error" (a failed stream's last frame at once, its windows left undecoded), gets
+    the strict stage's frames: the same PCM bytes, frames and finish reasons in the same
+    order. Their ends arrive while their windows are in flight (the stage steps after its
+    feed, as in the worker), and with input in chunks of 10 tokens while windows are still
+    left to decode, so a stream's last window may be in the step begun just before the step
+    that takes its end finishes. Through the graphs' eager twin (its two pinned input buffers
+    in turn) too, and with the model's check_stop deciding (runtime_stops off)."""
+    lengths = [7 * frames + extra for frames in range(9) for extra in (0, 1, 6)]
+    ends = {rid: ("length", "stop", "error")[rid % 3] for rid in range(len(lengths))}
+    runs = {}
+    for overlap in (False, True):
+        runner = codec_twin(snac, 8) if graphs else None
+        runs[overlap] = run_stage(
+            snac, lengths, ends, runner, chunk, overlap=overlap, runtime_stops=runtime_stops
+        )
+    (strict, _, _), (overlapped, _, stage) = runs[False], runs[True]
+    assert overlapped == strict
+    assert any(len(pcm(frames)) for frames in strict.values())
+    assert not stage.streams and stage.runtime.num_requests == 0 and stage.pending is None
 
 
 def test_window_codes_follow_the_frame_layout():
@@ -369,6 +407,89 @@ def test_an_abort_mid_stream_frees_both_nodes(overlap):
     assert not any(f.rid == 1 for step in frames[ended:] for f in step.frames)
     assert_one_last_frame(by_rid(frames)[0], "length")
     assert_pools_full(worker)
+
+
+def run_to_idle(worker) -> None:
+    """Iterate until the worker says it is idle; it must have nothing in flight then."""
+    while worker.iteration():
+        pass
+    assert worker.stages[0].pending is None and not worker.has_work()
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_codec_overlap_streams_the_strict_stages_frames(overlap):
+    """INVARIANTS 48 at the worker: `engine.codec_overlap` on against off, under the strict and
+    the overlapped LLM loop; requests of 1 token to 8 frames, ending mid-window and on a
+    window's edge, some sampling: the same tokens into the codec, and per request the same
+    frames (PCM bytes, finish reasons, in order)."""
+    lengths = [1, 6, 7, 21, 27, 28, 29, 34, 35, 41, 42, 56]
+    runs = {}
+    for codec_overlap in (False, True):
+        worker, frames, sent = orpheus_worker(
+            overlap=overlap, codec_overlap=codec_overlap, max_rows=8
+        )
+        assert worker.stages[0].overlap is codec_overlap
+        for rid, n in enumerate(lengths):
+            seeded = rid % 3 == 0
+            worker.handle(AddRequest(rid, [rid + 1] * (2 + rid), n, ignore_eos=True,
+                                     temperature=1.0 if seeded else 0.0, seed=rid if seeded else None))  # fmt: skip
+        run_to_idle(worker)
+        assert_pools_full(worker)
+        runs[codec_overlap] = sent, by_rid(frames)
+    assert runs[True] == runs[False]
+    for rid, n in enumerate(lengths):
+        assert len(pcm(runs[True][1][rid])) == SAMPLES_PER_FRAME * windows_for(n), rid
+
+
+def test_the_worker_is_not_idle_while_a_codec_step_is_in_flight():
+    """With the LLM done, the codec's last step is still in flight: the worker has work and
+    its iteration says so, and the next one delivers the last window and the last frame."""
+    worker, frames, _ = orpheus_worker(codec_overlap=True)
+    worker.handle(AddRequest(0, [3, 4], 35, ignore_eos=True, temperature=0))
+    stage, last_in_flight = worker.stages[0], 0
+    while worker.iteration():
+        if not worker.engine.requests and stage.pending is not None:
+            assert worker.has_work()
+            last_in_flight += 1
+    assert last_in_flight == 1  # one iteration ended with the LLM done and the codec not
+    (stream,) = by_rid(frames).values()
+    assert len(pcm(stream)) == SAMPLES_PER_FRAME * windows_for(35)
+    assert_one_last_frame(stream, "length")
+    assert_pools_full(worker)
+
+
+@pytest.mark.parametrize(("overlap", "runtime_stops"), [(False, True), (True, False)])
+def test_an_abort_while_its_window_is_in_flight_drops_that_window(overlap, runtime_stops):
+    """A request aborted while its window is in flight (`engine.codec_overlap`) gets the strict
+    stage's frames up to the abort less that window (its row is dropped at the step's finish,
+    before the runtime or the model's check_stop sees it), then its abort frame, nothing after
+    it, and both nodes freed; the others' frames are the strict stage's exactly."""
+    runs = {}
+    for codec_overlap in (True, False):  # the overlapped run finds the iteration to abort at
+        worker, frames, _ = orpheus_worker(
+            overlap=overlap, codec_overlap=codec_overlap, runtime_stops=runtime_stops
+        )
+        for rid in range(3):
+            worker.handle(AddRequest(rid, [rid + 3] * 5, 42, ignore_eos=True, temperature=0))
+        if codec_overlap:
+            iterations = 0
+            while not (worker.stages[0].pending and 1 in worker.stages[0].pending.streams):
+                assert worker.iteration()
+                iterations += 1
+        else:
+            for _ in range(iterations):
+                assert worker.iteration()
+        worker.handle(Abort(1))
+        assert not worker.stages[0].holds(1) and not worker.stages[0].runtime.has_request(1)
+        aborted = len(frames)
+        run_to_idle(worker)
+        assert not any(f.rid == 1 for step in frames[aborted:] for f in step.frames)
+        assert_pools_full(worker)
+        runs[codec_overlap] = by_rid(frames)
+    strict, overlapped = runs[False], runs[True]
+    assert overlapped[0] == strict[0] and overlapped[2] == strict[2]
+    assert overlapped[1][-1].finish_reason == strict[1][-1].finish_reason == "abort"
+    assert overlapped[1][:-1] == strict[1][:-2] and strict[1][-2].audio
 
 
 def assert_pools_full(worker) -> None:

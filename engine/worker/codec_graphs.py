@@ -5,20 +5,23 @@ The codec decodes a step's ready windows in one batch, and eagerly that is many 
 convolution launches, host-bound (Orpheus 3b on an H200: 4.4 ms of a 7.4 ms worker iteration).
 So the runner captures the node's `pcm(network, codes)` once per bucket (1, 2, 4, 8, 16, 24,
 32, 48, 64, ... up to the scenario's `max_rows`, graphs.py's table) on one static input buffer.
-A step of B windows writes their codes into the first B rows of a pinned host buffer, code 0
-(a valid code) into the rest of its bucket, sends them with one non-blocking copy into the
-static buffer, replays the bucket's graph and brings the first B rows of its output back with
-one blocking copy. Steps of more windows than the largest bucket run eagerly.
+A step of B windows (`launch`) writes their codes into the first B rows of a pinned host
+buffer, code 0 (a valid code) into the rest of its bucket, sends them with one non-blocking
+copy into the static buffer, replays the bucket's graph and returns the first B rows of its
+output, on the device; the stage copies them back (stream_stage.py). Steps of more windows than
+the largest bucket run eagerly.
 
 Padding: the SNAC decoder works within a row (engine/models/snac.py, SnacDecoder.decode: no
 batch statistics, no state between calls), so the padding rows' samples are computed and
 dropped and never reach a real row.
 
-Streams: the stage decodes on a CUDA stream of its own (stream_stage.py); the runner captures
-on that stream and the stage replays on it, so the input copy, the replay and the copy back
-are ordered on it alone. The pinned host buffer is rewritten only by the next step, after
-this step's blocking copy back, which follows the input copy on the same stream: no step
-stages over a copy that has not run (INVARIANTS 26), with one buffer.
+Streams and buffers: the stage decodes on a CUDA stream of its own (stream_stage.py); the
+runner captures on that stream and the stage replays on it, so the input copy, the replay and
+the copy back are ordered on it alone. The pinned input buffers are two, used in turn (the
+caller names the slot): with `engine.codec_overlap` no blocking copy ends a step, so staging a
+step must not rewrite the buffer the previous step's copy may still be reading (INVARIANTS 26).
+A bucket's output buffer is rewritten by that bucket's next replay, which is queued on the same
+stream after this step's copy out: stream order protects it.
 
 Without a stream (a CPU, or a test) nothing is captured: each bucket runs the forward
 eagerly on the same padded buffers, the eager twin of a replay that the CPU suite checks
@@ -62,7 +65,8 @@ class CodecGraphs:
         self.buckets = buckets_up_to(max_windows)
         size = (self.buckets[-1], code_width)
         self.codes = torch.zeros(size, dtype=torch.int64, device=device)  # the static input
-        self.host = torch.zeros(size, dtype=torch.int64, pin_memory=device.type == "cuda")
+        pinned = device.type == "cuda"
+        self.hosts = [torch.zeros(size, dtype=torch.int64, pin_memory=pinned) for _ in range(2)]
         self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
         if stream is not None:
             self._capture_all(stream)
@@ -71,23 +75,29 @@ class CodecGraphs:
         return next((b for b in self.buckets if b >= windows), None)
 
     @torch.inference_mode()
-    def decode(self, codes: np.ndarray) -> np.ndarray:
+    def launch(self, codes: np.ndarray, slot: int) -> torch.Tensor:
         """Codes [B, width] of B windows (1 <= B <= the largest bucket) -> their PCM, int16
-        [B, S] on the host: padded to the bucket, replayed (or run eagerly without graphs),
-        the first B rows kept. Call it on the stream the graphs were captured on."""
+        [B, S] on the device, queued: staged in pinned buffer `slot` (0 or 1, in turn), padded
+        to the bucket, replayed (or run eagerly without graphs), the first B rows kept. Call it
+        on the stream the graphs were captured on."""
         windows = len(codes)
         bucket = self.bucket_for(windows)
         if windows < 1 or bucket is None:
             raise ValueError(f"{windows} windows: the codec graphs take 1 to {self.buckets[-1]}")
-        self.host[:windows] = torch.from_numpy(codes)
-        self.host[windows:bucket] = 0
-        self.codes[:bucket].copy_(self.host[:bucket], non_blocking=True)
+        host = self.hosts[slot]
+        host[:windows] = torch.from_numpy(codes)
+        host[windows:bucket] = 0
+        self.codes[:bucket].copy_(host[:bucket], non_blocking=True)
         if bucket in self.graphs:
             graph, pcm = self.graphs[bucket]
-            graph.replay()
+            graph.replay()  # into the bucket's output buffer: see "Streams and buffers"
         else:
             pcm = self.forward(self.codes[:bucket])
-        return pcm[:windows].cpu().numpy()
+        return pcm[:windows]
+
+    def decode(self, codes: np.ndarray) -> np.ndarray:
+        """`launch`, then the PCM on the host (a blocking copy): what the tests compare."""
+        return self.launch(codes, 0).cpu().numpy()
 
     def _capture_all(self, stream: torch.cuda.Stream) -> None:
         start = time.perf_counter()

@@ -69,6 +69,7 @@ def build_worker(
             config.runtime_stops,
             graphs=config.codec_graphs,
             max_windows=config.max_rows,
+            overlap=config.codec_overlap,
         )
         for network, stream_node in streams
     ]

@@ -1,18 +1,33 @@
 """A node fed the previous node's token stream, on the same worker (Orpheus's SNAC codec).
 
 The stage keeps each request's stream: the tokens the previous node sent so far, how many
-windows it has decoded, and whether (and why) the stream ended. One step decodes the next
-ready window of every request that has one, all in one batch, then runs the node's phased
+windows it has taken, and whether (and why) the stream ended. One step decodes the next ready
+window of every request that has one, all in one batch, then runs the node's phased
 postprocess over its own runtime: the node's walk, its loop count (windows decoded), the
 stop policy it declares (ITER over the windows the stream makes: its cap is registered
 open when the request arrives, and exact when the stream ends, so the loop ends when its
 input has ended and its last window is decoded; then the partition ends).
 
+A step has two phases. `begin` takes the ready windows (each stream's count moves on), queues
+their decode (on CUDA on the stage's own stream) and a non-blocking copy of their PCM into a
+pinned host buffer, and records an event after it; `finish` waits for the event and does the
+rest: the step's outputs, the postprocess, the frames out, finished streams out. Strict (the
+default) a step finishes as soon as it begins, so the host waits out the codec's device work.
+With `engine.codec_overlap` it finishes at the stage's next `step`, one worker iteration
+later, the host having done the next LLM launch and postprocess meanwhile; each `step` begins
+the next step first, as the LLM's overlapped loop launches N+1 before postprocessing N, so two
+steps are in flight until the older finishes, each with its own pinned host buffers (the
+codes' in the codec graphs, the PCM's here; INVARIANTS 26). What the stage emits is the strict
+stage's (INVARIANTS 48): an input's end that arrives while its stream's window is in flight is
+taken when that step finishes, after its frames (the strict stage had finished the step when
+the end came), and the last frame waits for a window still in flight; a stream removed
+meanwhile (an abort) loses its rows.
+
 The stage is generic over a windowed node: it reads the node's `window_tokens`, `hop_tokens`,
-`windows_for(tokens)` and `decode(network, windows)`; the node's step emits each row's PCM.
-With codec graphs (`engine.codec_graphs`, CUDA only) a step replays the node's `pcm` captured
-per window-count bucket instead, its windows' `codes` padded to the bucket
-(engine/worker/codec_graphs.py).
+`windows_for(tokens)`, `codes(windows)` (on the host) and `pcm(network, codes)` (on the
+device); the node's step emits each row's PCM. With codec graphs (`engine.codec_graphs`, CUDA
+only) a step replays the node's `pcm` captured per window-count bucket instead, its windows'
+`codes` padded to the bucket (engine/worker/codec_graphs.py).
 """
 
 from __future__ import annotations
@@ -44,14 +59,29 @@ class Stream:
     handle: int  # the stage runtime's handle
     prompt_tokens: int
     tokens: list[int] = field(default_factory=list)
-    windows: int = 0  # windows decoded (the runtime's loop count agrees)
+    windows: int = 0  # windows taken by a step (the runtime's count agrees once it finished)
     ended: str | None = None  # the previous node's finish reason, once its stream ended
+    error: str | None = None  # and its error, for the stream's last frame
+    # The input tokens the loop's registered cap counts: until the stream's end is taken, more
+    # than any window count can reach (the loop never ends while more input may come).
+    cap_tokens: int = OPEN_STREAM
 
-    @property
-    def expected(self) -> int:
-        """The tokens the stream has, once it ended; until then, more than any window count
-        can reach: the node's loop never ends while more input may come."""
-        return len(self.tokens) if self.ended else OPEN_STREAM
+
+@dataclass
+class PendingWindows:
+    """A step begun and not finished: each row's stream and window, its PCM on its way into a
+    pinned host buffer (read it once `done` has fired; None on a CPU, where the copy ran at
+    once), and the streams whose input ended while it was in flight."""
+
+    streams: dict[int, Stream]  # rid -> its stream, in row order
+    index: np.ndarray  # each row's window
+    pcm: torch.Tensor  # host [rows, samples]
+    done: torch.cuda.Event | None
+    ends: list[Stream] = field(default_factory=list)  # taken after the step's frames
+
+    def wait(self) -> None:
+        if self.done is not None:
+            self.done.synchronize()
 
 
 class StreamStage:
@@ -64,11 +94,13 @@ class StreamStage:
         runtime_stops: bool = True,
         graphs: bool = False,
         max_windows: int = 256,
+        overlap: bool = False,
     ):
         """`graphs`: replay the node's decode as CUDA graphs (on a CUDA device; ignored on a
-        CPU) for steps of up to `max_windows` windows; larger steps run eagerly."""
+        CPU) for steps of up to `max_windows` windows; larger steps run eagerly. `overlap`:
+        finish each step at the next `step` instead of at once (`engine.codec_overlap`)."""
         self.network, self.node, self.timer = network, node, timer
-        self.runtime_stops = runtime_stops
+        self.capacity, self.runtime_stops, self.overlap = capacity, runtime_stops, overlap
         self.runtime = GraphRuntime(node.graph, capacity)
         for walk in node.graph.walks:  # declared once, at startup
             self.runtime.declare_stop_policies(walk, node.get_stop_policies(walk))
@@ -76,16 +108,24 @@ class StreamStage:
         self.walk = node.graph.walks[0]
         self.spans = NodeSpans.of(node.graph.node)
         self.streams: dict[int, Stream] = {}
+        self.pending: PendingWindows | None = None  # begun, finished at the next step
         # On CUDA the stage decodes on a stream of its own: its inputs come from the host, so
-        # it waits for nothing of the previous node, and the blocking copy of its PCM back
-        # waits for its own work alone, not for the step the overlapped loop launched.
-        device = next(network.parameters()).device
-        self.cuda_stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+        # it waits for nothing of the previous node, and its PCM's copy back waits for its own
+        # work alone, not for the step the overlapped loop launched.
+        self.device = next(network.parameters()).device
+        cuda = self.device.type == "cuda"
+        self.cuda_stream = torch.cuda.Stream(self.device) if cuda else None
+        # The PCM's pinned host buffers, two used in turn (sized at first use): overlapped,
+        # `step` begins step N+1 before it finishes N, so N+1's copy back must not land in the
+        # buffer N's copy wrote and the host has not read yet (INVARIANTS 26).
+        self.pcm_hosts: list[torch.Tensor | None] = [None, None]
+        self.slot = 0  # the host buffers (the PCM's here, the codes' in the graphs) next used
         self.graphs = None
         if graphs and self.cuda_stream is not None:
             self.graphs = CodecGraphs(
-                partial(node.pcm, network), node.code_width, max_windows, device, self.cuda_stream
-            )
+                partial(node.pcm, network), node.code_width, max_windows, self.device,
+                self.cuda_stream,
+            )  # fmt: skip
 
     # --- requests ------------------------------------------------------------------------
     def add_request(self, msg: AddRequest) -> None:
@@ -95,7 +135,7 @@ class StreamStage:
         self._register_limits(stream)
 
     def _register_limits(self, stream: Stream) -> None:
-        for walk, limits in self.node.stop_limits(stream.expected, False).items():
+        for walk, limits in self.node.stop_limits(stream.cap_tokens, False).items():
             self.runtime.register_limits(stream.handle, walk, limits)
 
     def holds(self, rid: int) -> bool:
@@ -107,7 +147,8 @@ class StreamStage:
 
     def feed(self, frames: list[TokenFrame]) -> list[TokenFrame]:
         """The previous node's frames in. Returns the last frames of streams that ended with
-        no window left to decode (their partition ends here) and of failed ones."""
+        no window left to decode (their partition ends here) and of failed ones. The end of a
+        stream whose window is in flight waits for that step's finish."""
         done = []
         for frame in frames:
             stream = self.streams.get(frame.rid)
@@ -116,79 +157,154 @@ class StreamStage:
             stream.tokens.extend(frame.tokens)
             if frame.finish_reason is None:
                 continue
-            stream.ended = frame.finish_reason
-            if frame.finish_reason != "error":
-                self._register_limits(stream)  # the window count, exact now
-                if stream.windows < self.node.windows_for(len(stream.tokens)):
-                    continue
-            done.append(self._last_frame(stream, frame.error))
-            self.remove(frame.rid)
+            stream.ended, stream.error = frame.finish_reason, frame.error
+            if self._in_flight(stream):
+                self.pending.ends.append(stream)
+            else:
+                done += self._take_end(stream)
         return done
 
-    def _last_frame(self, stream: Stream, error: str | None = None) -> TokenFrame:
+    def _take_end(self, stream: Stream) -> list[TokenFrame]:
+        """The stream's input ended: its loop's cap is exact now. Its last frame (and the
+        stream out) when it failed, or when no window is left to decode nor in flight (a
+        window in flight ends the loop at its step's finish, the cap exact by then)."""
+        if stream.ended != "error":
+            stream.cap_tokens = len(stream.tokens)
+            self._register_limits(stream)
+            left = stream.windows < self.node.windows_for(len(stream.tokens))
+            if left or self._in_flight(stream):
+                return []
+        self.remove(stream.rid)
+        return [self._last_frame(stream)]
+
+    def _in_flight(self, stream: Stream) -> bool:
+        """A window of the stream is in the step begun last, not finished yet."""
+        return self.pending is not None and self.pending.streams.get(stream.rid) is stream
+
+    def _last_frame(self, stream: Stream) -> TokenFrame:
         return TokenFrame(
             stream.rid, [], finish_reason=stream.ended, prompt_tokens=stream.prompt_tokens,
-            error=error, audio=b"",
+            error=stream.error, audio=b"",
         )  # fmt: skip
 
     # --- one step ------------------------------------------------------------------------
     def ready(self) -> list[Stream]:
+        """Streams with a window to decode; not a failed one whose end waits for its window in
+        flight: the strict stage would have dropped it, and a step's batch is the strict one's."""
         windows_for = self.node.windows_for
-        return [s for s in self.streams.values() if s.windows < windows_for(len(s.tokens))]
+        return [
+            s for s in self.streams.values()
+            if s.windows < windows_for(len(s.tokens)) and s.ended != "error"
+        ]  # fmt: skip
 
     def has_work(self) -> bool:
-        return bool(self.ready())
+        return self.pending is not None or bool(self.ready())
 
     def step(self, emit: Callable[[list[TokenFrame]], None]) -> int:
-        """Decode every ready stream's next window together, postprocess, `emit` the frames;
-        returns the rows decoded (0: nothing was ready)."""
+        """Begin a step over every ready stream's next window, then finish the step in flight
+        (overlapped: begun at the last `step`; strict: the one just begun); `emit` takes each
+        finished step's frames. Returns the rows begun and finished (0: nothing to do)."""
+        previous, self.pending = self.pending, self._begin()
+        rows = len(self.pending.streams) if self.pending is not None else 0
+        if previous is not None:  # two steps in flight until it finishes: their buffers apart
+            rows += self._finish(previous, emit)
+        if not self.overlap and self.pending is not None:
+            begun, self.pending = self.pending, None
+            self._finish(begun, emit)
+        return rows
+
+    def _begin(self) -> PendingWindows | None:
+        """Take every ready stream's next window, queue their decode and the copy of their
+        PCM to the host; None when nothing is ready."""
         ready = self.ready()
         if not ready:
-            return 0
+            return None
         timing = self.timer.enabled
         t0 = now_ns() if timing else 0
         window, hop = self.node.window_tokens, self.node.hop_tokens
         index = np.array([s.windows for s in ready], dtype=np.int64)
         windows = np.array([s.tokens[s.windows * hop : s.windows * hop + window] for s in ready])
+        codes = self.node.codes(windows)
+        slot, self.slot = self.slot, 1 - self.slot
+        done = None
         with torch.cuda.stream(self.cuda_stream) if self.cuda_stream else nullcontext():
-            if self.graphs is not None and self.graphs.bucket_for(len(ready)) is not None:
-                pcm = self.graphs.decode(self.node.codes(windows))
-            else:
-                pcm = self.node.decode(self.network, windows)
-        out = StepOutput(
-            rids=np.array([s.rid for s in ready], dtype=np.int64),
-            handles=np.array([s.handle for s in ready], dtype=np.int64),
-            row_walks=[self.walk] * len(ready),
-            tokens=index,
-            check_stop_buffers={"window": index},
-            audio=[row.astype("<i2").tobytes() for row in pcm],
-        )
-        for stream in ready:  # the step's outputs are taken: this window counts
+            with torch.inference_mode():
+                if self.graphs is not None and self.graphs.bucket_for(len(ready)) is not None:
+                    pcm = self.graphs.launch(codes, slot)
+                else:  # from pageable memory: the driver has staged it when the call returns
+                    device_codes = torch.from_numpy(codes).to(self.device, non_blocking=True)
+                    pcm = self.node.pcm(self.network, device_codes)
+                host = self._pcm_host(slot, pcm)
+                host.copy_(pcm, non_blocking=True)
+            if self.cuda_stream is not None:
+                done = torch.cuda.Event()
+                done.record()  # on the stage's stream, after the copy
+        for stream in ready:  # taken: the next step takes each stream's next window
             stream.windows += 1
+        if timing:
+            self.timer.span(self.spans.forward, now_ns() - t0)
+            self.timer.count(self.spans.rows_per_step, len(ready))
+        return PendingWindows({s.rid: s for s in ready}, index, host, done)
+
+    def _pcm_host(self, slot: int, pcm: torch.Tensor) -> torch.Tensor:
+        """The first rows of host buffer `slot`, shaped for `pcm`; allocated (pinned on CUDA)
+        for as many windows as the stage holds streams, at first use."""
+        rows, samples = pcm.shape
+        host = self.pcm_hosts[slot]
+        if host is None or host.shape[0] < rows or host.shape[1] != samples:
+            shape = (max(rows, self.capacity), samples)
+            pinned = self.cuda_stream is not None
+            host = self.pcm_hosts[slot] = torch.empty(shape, dtype=pcm.dtype, pin_memory=pinned)
+        return host[:rows]
+
+    def _finish(self, pending: PendingWindows, emit: Callable[[list[TokenFrame]], None]) -> int:
+        """Wait for a begun step's PCM, postprocess its rows, `emit` their frames (then the
+        last frames of the ends that arrived while it was in flight); returns its rows."""
+        timing = self.timer.enabled
+        t0 = now_ns() if timing else 0
+        pending.wait()
         t1 = now_ns() if timing else 0
-        result = postprocess_step(
-            self.postprocess, out, self, self.runtime_stops, self.timer, self.spans
-        )
+        rows = list(pending.streams.values())
+        live = [i for i, s in enumerate(rows) if self.streams.get(s.rid) is s]  # not aborted
+        frames: list[TokenFrame] = []
+        if live:
+            pcm = pending.pcm.numpy()
+            out = StepOutput(
+                rids=np.array([rows[i].rid for i in live], dtype=np.int64),
+                handles=np.array([rows[i].handle for i in live], dtype=np.int64),
+                row_walks=[self.walk] * len(live),
+                tokens=pending.index[live],
+                check_stop_buffers={"window": pending.index[live]},
+                audio=[pcm[i].astype("<i2").tobytes() for i in live],
+            )
+            result = postprocess_step(
+                self.postprocess, out, self, self.runtime_stops, self.timer, self.spans
+            )
+            frames = result.frames
+            for frame in frames:  # a stream that ended on EOS ends its reply with "stop"
+                if frame.finish_reason is not None and frame.finish_reason != "error":
+                    frame.finish_reason = self.streams[frame.rid].ended or frame.finish_reason
+            for rid in result.finished + result.failed:
+                self.remove(rid)
         t2 = now_ns() if timing else 0
-        for frame in result.frames:  # a stream that ended on EOS ends its reply with "stop"
-            if frame.finish_reason is not None and frame.finish_reason != "error":
-                frame.finish_reason = self.streams[frame.rid].ended or frame.finish_reason
-        for rid in result.finished + result.failed:
-            self.remove(rid)
-        emit(result.frames)
+        for stream in pending.ends:  # as the strict stage takes them: after the step's frames
+            if self.streams.get(stream.rid) is stream:
+                frames += self._take_end(stream)
+        emit(frames)
         if timing:
             t3 = now_ns()
-            self.timer.span(self.spans.forward, t1 - t0)
+            self.timer.span(self.spans.completion_wait, t1 - t0)
             self.timer.span(self.spans.tail, t3 - t2)
-            self.timer.span(self.spans.postprocess_batch, t3 - t1)
-            self.timer.count(self.spans.rows_per_step, len(ready))
-        return len(ready)
+            self.timer.span(self.spans.postprocess_batch, t3 - t0)
+        return len(rows)
 
     # --- what the postprocess asks of the node (node_postprocess.NodeHandlers) ----------
     def check_stop(self, out: StepOutput, rows: np.ndarray) -> StopCheck:
-        streams = [self.streams[int(out.rids[i])] for i in rows]
-        counts, expected = [s.windows for s in streams], [s.expected for s in streams]
-        return self.node.check_stop(stop_rows(out, rows, counts, expected, [False] * len(rows)))
+        """`output_counts`: the windows decoded, this row's included; `max_tokens`: the input
+        tokens the registered cap counts."""
+        caps = [self.streams[int(out.rids[i])].cap_tokens for i in rows]
+        counts = out.tokens[rows] + 1
+        return self.node.check_stop(stop_rows(out, rows, counts, caps, [False] * len(rows)))
 
     def prompt_tokens(self, rid: int) -> int:
         return self.streams[rid].prompt_tokens

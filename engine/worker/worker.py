@@ -5,9 +5,10 @@ then postprocess it as one begin/resume loop with a handler per break (node_post
 A model whose graph has nodes after the first (Orpheus: an audio codec fed the LLM's tokens)
 runs them as stream stages (stream_stage.py) in the same iteration: the first node's frames
 go to the next node's input instead of the API server, and each stage then steps its ready
-rows. A request's partition ends when its last node's loop ends; then every node's state of
-it is freed. Phase timing (timing.py) wraps each stage when on; when off each site costs one
-boolean check.
+rows (strict, or overlapped: a step begun in one iteration finishes in the next;
+stream_stage.py). A request's partition ends when its last node's loop ends; then every
+node's state of it is freed. Phase timing (timing.py) wraps each stage when on; when off
+each site costs one boolean check.
 """
 
 from __future__ import annotations
@@ -160,7 +161,9 @@ class Worker:
         """One step's worth of work; False when idle. Strict: launch a step, postprocess it.
         Overlapped: launch step N+1 (its decode rows fed step N's tokens on the device), then
         postprocess step N while N+1 runs; rows N's postprocess stops are dropped from N+1.
-        Then each stream stage steps the rows the frames just routed to it made ready."""
+        Then each stream stage steps the rows the frames just routed to it made ready (with
+        `engine.codec_overlap` a stage begins its next step, then finishes the one it began an
+        iteration ago, and leaves the new one in flight: not idle while one is)."""
         if not self.overlap:
             done = self.launch()
             if done is not None:
