@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every GPU test and benchmark of the project, for one `device` run (see docs/BENCHMARKS.md):
 #   bash scripts/gpu_suite.sh STAGE...  STAGE: tests | quick | step | prefill | options | mixed |
-#   gdn | gdncap | run | evidence | orpheus | codec | codec_overlap | all
+#   accuracy | gdn | gdncap | run | evidence | orpheus | codec | codec_overlap | all
 # with carry [".whl", ".jitcache"]. Logs go under $OUT (default ./gpu-out). JIT caches
 # (FlashInfer, Triton) are restored from .jitcache/ when present and saved to $OUT/jit-*.
 set -uo pipefail
@@ -92,6 +92,9 @@ for stage in "${stages[@]}"; do
         done
       done
       cat /tmp/profile_gdncap*.prefill_* > "$OUT/gdncap_profiles.txt" ;;
+    accuracy)  # engine.state_dtype bfloat16 against float32: greedy agreement at 0.8b
+      timeout 400 python3 -m benchmarks.bench_state_accuracy --size 0.8b --requests 16 \
+        --prompt 128 --tokens 512 2>&1 | tail -n 30 | tee "$OUT/state_accuracy.log" ;;
     gdn)  # our chunked Gated DeltaNet kernel: its tests, then a prefill step on it (profiled)
       timeout 300 python3 -m pytest -m gpu -q -rA tests/test_gpu_kernels.py tests/test_gpu.py \
         -k "${GDN_TESTS:-gated_deltanet or orpheus}" 2>&1 | tee "$OUT/gpu_tests.log"
