@@ -8,14 +8,14 @@ So the runner captures the node's `pcm(network, codes)` once per bucket (1, 2, 4
 A step of B windows (`launch`) writes their codes into the first B rows of a pinned host
 buffer, code 0 (a valid code) into the rest of its bucket, sends them with one non-blocking
 copy into the static buffer, replays the bucket's graph and returns the first B rows of its
-output, on the device; the stage copies them back (stream_stage.py). Steps of more windows than
-the largest bucket run eagerly.
+output, on the device; the stage copies them back (stream_pending.py). Steps of more windows
+than the largest bucket run eagerly.
 
 Padding: the SNAC decoder works within a row (engine/models/snac.py, SnacDecoder.decode: no
 batch statistics, no state between calls), so the padding rows' samples are computed and
 dropped and never reach a real row.
 
-Streams and buffers: the stage decodes on a CUDA stream of its own (stream_stage.py); the
+Streams and buffers: the stage decodes on a CUDA stream of its own (stream_pending.py); the
 runner captures on that stream and the stage replays on it, so the input copy, the replay and
 the copy back are ordered on it alone. The pinned input buffers are two, used in turn (the
 caller names the slot): with `engine.codec_overlap` no blocking copy ends a step, so staging a

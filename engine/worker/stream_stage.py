@@ -8,20 +8,19 @@ stop policy it declares (ITER over the windows the stream makes: its cap is regi
 open when the request arrives, and exact when the stream ends, so the loop ends when its
 input has ended and its last window is decoded; then the partition ends).
 
-A step has two phases. `begin` takes the ready windows (each stream's count moves on), queues
-their decode (on CUDA on the stage's own stream) and a non-blocking copy of their PCM into a
-pinned host buffer, and records an event after it; `finish` waits for the event and does the
-rest: the step's outputs, the postprocess, the frames out, finished streams out. Strict (the
-default) a step finishes as soon as it begins, so the host waits out the codec's device work.
-With `engine.codec_overlap` it finishes at the stage's next `step`, one worker iteration
-later, the host having done the next LLM launch and postprocess meanwhile; each `step` begins
-the next step first, as the LLM's overlapped loop launches N+1 before postprocessing N, so two
-steps are in flight until the older finishes, each with its own pinned host buffers (the
-codes' in the codec graphs, the PCM's here; INVARIANTS 26). What the stage emits is the strict
-stage's (INVARIANTS 48): an input's end that arrives while its stream's window is in flight is
-taken when that step finishes, after its frames (the strict stage had finished the step when
-the end came), and the last frame waits for a window still in flight; a stream removed
-meanwhile (an abort) loses its rows.
+A step has two phases. `begin` takes the ready windows (each stream's count moves on) and
+queues their decode and their PCM's copy back to the host (stream_pending.py: the step in
+flight, its pinned host buffers); `finish` waits for it and does the rest: the step's outputs,
+the postprocess, the frames out, finished streams out. Strict (the default) a step finishes as
+soon as it begins, so the host waits out the codec's device work. With `engine.codec_overlap`
+it finishes at the stage's next `step`, one worker iteration later, the host having done the
+next LLM launch and postprocess meanwhile; each `step` begins the next step first, as the LLM's
+overlapped loop launches N+1 before postprocessing N, so two steps are in flight until the
+older finishes, each with its own pinned host buffers (INVARIANTS 26). What the stage emits is
+the strict stage's (INVARIANTS 48): an input's end that arrives while its stream's window is in
+flight is taken when that step finishes, after its frames (the strict stage had finished the
+step when the end came), and the last frame waits for a window still in flight; a stream
+removed meanwhile (an abort) loses its rows.
 
 The stage is generic over a windowed node: it reads the node's `window_tokens`, `hop_tokens`,
 `windows_for(tokens)`, `codes(windows)` (on the host) and `pcm(network, codes)` (on the
@@ -33,12 +32,10 @@ only) a step replays the node's `pcm` captured per window-count bucket instead, 
 from __future__ import annotations
 
 from collections.abc import Callable
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from functools import partial
 
 import numpy as np
-import torch
 from torch import nn
 
 from engine.messages import AddRequest, TokenFrame
@@ -48,6 +45,7 @@ from engine.runtime.runtime import GraphRuntime
 from engine.spans import NodeSpans
 from engine.worker.codec_graphs import CodecGraphs
 from engine.worker.node_postprocess import postprocess_step, stop_rows
+from engine.worker.stream_pending import PendingWindows, WindowDecoder
 from engine.worker.timing import PhaseTimer, now_ns
 
 OPEN_STREAM = 2**40  # the tokens a stream that has not ended counts as (its loop's cap)
@@ -65,23 +63,6 @@ class Stream:
     # The input tokens the loop's registered cap counts: until the stream's end is taken, more
     # than any window count can reach (the loop never ends while more input may come).
     cap_tokens: int = OPEN_STREAM
-
-
-@dataclass
-class PendingWindows:
-    """A step begun and not finished: each row's stream and window, its PCM on its way into a
-    pinned host buffer (read it once `done` has fired; None on a CPU, where the copy ran at
-    once), and the streams whose input ended while it was in flight."""
-
-    streams: dict[int, Stream]  # rid -> its stream, in row order
-    index: np.ndarray  # each row's window
-    pcm: torch.Tensor  # host [rows, samples]
-    done: torch.cuda.Event | None
-    ends: list[Stream] = field(default_factory=list)  # taken after the step's frames
-
-    def wait(self) -> None:
-        if self.done is not None:
-            self.done.synchronize()
 
 
 class StreamStage:
@@ -109,17 +90,9 @@ class StreamStage:
         self.spans = NodeSpans.of(node.graph.node)
         self.streams: dict[int, Stream] = {}
         self.pending: PendingWindows | None = None  # begun, finished at the next step
-        # On CUDA the stage decodes on a stream of its own: its inputs come from the host, so
-        # it waits for nothing of the previous node, and its PCM's copy back waits for its own
-        # work alone, not for the step the overlapped loop launched.
-        self.device = next(network.parameters()).device
-        cuda = self.device.type == "cuda"
-        self.cuda_stream = torch.cuda.Stream(self.device) if cuda else None
-        # The PCM's pinned host buffers, two used in turn (sized at first use): overlapped,
-        # `step` begins step N+1 before it finishes N, so N+1's copy back must not land in the
-        # buffer N's copy wrote and the host has not read yet (INVARIANTS 26).
-        self.pcm_hosts: list[torch.Tensor | None] = [None, None]
-        self.slot = 0  # the host buffers (the PCM's here, the codes' in the graphs) next used
+        # Its device side: the decode on a CUDA stream of its own and the PCM's host buffers.
+        self.decoder = WindowDecoder(network, node, capacity)
+        self.device, self.cuda_stream = self.decoder.device, self.decoder.cuda_stream
         self.graphs = None
         if graphs and self.cuda_stream is not None:
             self.graphs = CodecGraphs(
@@ -224,38 +197,13 @@ class StreamStage:
         window, hop = self.node.window_tokens, self.node.hop_tokens
         index = np.array([s.windows for s in ready], dtype=np.int64)
         windows = np.array([s.tokens[s.windows * hop : s.windows * hop + window] for s in ready])
-        codes = self.node.codes(windows)
-        slot, self.slot = self.slot, 1 - self.slot
-        done = None
-        with torch.cuda.stream(self.cuda_stream) if self.cuda_stream else nullcontext():
-            with torch.inference_mode():
-                if self.graphs is not None and self.graphs.bucket_for(len(ready)) is not None:
-                    pcm = self.graphs.launch(codes, slot)
-                else:  # from pageable memory: the driver has staged it when the call returns
-                    device_codes = torch.from_numpy(codes).to(self.device, non_blocking=True)
-                    pcm = self.node.pcm(self.network, device_codes)
-                host = self._pcm_host(slot, pcm)
-                host.copy_(pcm, non_blocking=True)
-            if self.cuda_stream is not None:
-                done = torch.cuda.Event()
-                done.record()  # on the stage's stream, after the copy
+        pcm, done = self.decoder.begin(self.node.codes(windows), self.graphs)
         for stream in ready:  # taken: the next step takes each stream's next window
             stream.windows += 1
         if timing:
             self.timer.span(self.spans.forward, now_ns() - t0)
             self.timer.count(self.spans.rows_per_step, len(ready))
-        return PendingWindows({s.rid: s for s in ready}, index, host, done)
-
-    def _pcm_host(self, slot: int, pcm: torch.Tensor) -> torch.Tensor:
-        """The first rows of host buffer `slot`, shaped for `pcm`; allocated (pinned on CUDA)
-        for as many windows as the stage holds streams, at first use."""
-        rows, samples = pcm.shape
-        host = self.pcm_hosts[slot]
-        if host is None or host.shape[0] < rows or host.shape[1] != samples:
-            shape = (max(rows, self.capacity), samples)
-            pinned = self.cuda_stream is not None
-            host = self.pcm_hosts[slot] = torch.empty(shape, dtype=pcm.dtype, pin_memory=pinned)
-        return host[:rows]
+        return PendingWindows({s.rid: s for s in ready}, index, pcm, done)
 
     def _finish(self, pending: PendingWindows, emit: Callable[[list[TokenFrame]], None]) -> int:
         """Wait for a begun step's PCM, postprocess its rows, `emit` their frames (then the
@@ -264,19 +212,10 @@ class StreamStage:
         t0 = now_ns() if timing else 0
         pending.wait()
         t1 = now_ns() if timing else 0
-        rows = list(pending.streams.values())
-        live = [i for i, s in enumerate(rows) if self.streams.get(s.rid) is s]  # not aborted
+        live = pending.live(self.streams)
         frames: list[TokenFrame] = []
         if live:
-            pcm = pending.pcm.numpy()
-            out = StepOutput(
-                rids=np.array([rows[i].rid for i in live], dtype=np.int64),
-                handles=np.array([rows[i].handle for i in live], dtype=np.int64),
-                row_walks=[self.walk] * len(live),
-                tokens=pending.index[live],
-                check_stop_buffers={"window": pending.index[live]},
-                audio=[pcm[i].astype("<i2").tobytes() for i in live],
-            )
+            out = pending.output(live, self.walk)
             result = postprocess_step(
                 self.postprocess, out, self, self.runtime_stops, self.timer, self.spans
             )
@@ -296,7 +235,7 @@ class StreamStage:
             self.timer.span(self.spans.completion_wait, t1 - t0)
             self.timer.span(self.spans.tail, t3 - t2)
             self.timer.span(self.spans.postprocess_batch, t3 - t0)
-        return len(rows)
+        return len(pending.streams)
 
     # --- what the postprocess asks of the node (node_postprocess.NodeHandlers) ----------
     def check_stop(self, out: StepOutput, rows: np.ndarray) -> StopCheck:
