@@ -157,6 +157,19 @@ def causal_conv(x, weight, conv_state, meta) -> torch.Tensor:
 
 
 @triton.jit
+def _first_row(ROW0, ROW_RANGE):
+    """A row program's first row, and whether the program lies past the step's rows: ROW0
+    given on the host, or with a fixed grid (ROW_RANGE not None) the rows [first, end) read
+    from the device, programs past `end` to exit."""
+    row0 = ROW0
+    past = False
+    if ROW_RANGE is not None:
+        row0 = tl.load(ROW_RANGE)
+        past = tl.program_id(0) + row0 >= tl.load(ROW_RANGE + 1)
+    return row0, past
+
+
+@triton.jit
 def _row_state_tile(
     STATE, CU, CACHED, SLOTS, ROW0, HV, DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr
 ):
@@ -183,11 +196,9 @@ def _gdn_recurrent_kernel(
     ROW0, ROW_RANGE, stride_t, stride_ab, HK, HV, scale,
     DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr,
 ):  # fmt: skip
-    row0 = ROW0
-    if ROW_RANGE is not None:  # a fixed grid: the rows [first, end) read from the device
-        row0 = tl.load(ROW_RANGE)
-        if tl.program_id(0) + row0 >= tl.load(ROW_RANGE + 1):
-            return
+    row0, past = _first_row(ROW0, ROW_RANGE)
+    if past:
+        return
     _, h, start, end, vd, vmask, sptr, state = _row_state_tile(
         STATE, CU, CACHED, SLOTS, row0, HV, DK, DV, BV
     )
@@ -261,11 +272,9 @@ def _gdn_chunked_kernel(
     DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr, C: tl.constexpr,
     LEVELS: tl.constexpr,
 ):  # fmt: skip
-    row0 = ROW0
-    if ROW_RANGE is not None:  # a fixed grid: the rows [first, end) read from the device
-        row0 = tl.load(ROW_RANGE)
-        if tl.program_id(0) + row0 >= tl.load(ROW_RANGE + 1):
-            return
+    row0, past = _first_row(ROW0, ROW_RANGE)
+    if past:
+        return
     _, h, start, end, vd, vmask, sptr, state = _row_state_tile(
         STATE, CU, CACHED, SLOTS, row0, HV, DK, DV, BV
     )  # state [DK, BV]
@@ -436,11 +445,9 @@ def _gdn_states_kernel(
     W, U, KD, G, STATE, H, CU, CACHED, SLOTS, FIRST_CHUNK, ROW0, ROW_RANGE, HV,
     DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr, C: tl.constexpr,
 ):  # fmt: skip
-    row0 = ROW0
-    if ROW_RANGE is not None:  # a fixed grid: the rows [first, end) read from the device
-        row0 = tl.load(ROW_RANGE)
-        if tl.program_id(0) + row0 >= tl.load(ROW_RANGE + 1):
-            return
+    row0, past = _first_row(ROW0, ROW_RANGE)
+    if past:
+        return
     row, h, start, end, vd, vmask, sptr, state = _row_state_tile(
         STATE, CU, CACHED, SLOTS, row0, HV, DK, DV, BV
     )  # state [DK, BV]
