@@ -46,8 +46,8 @@ def _stage(inputs: StepInputs, name: str, bucket: int | None = 96, tables: bool 
 
 @pytest.mark.parametrize("name", sorted(STEPS))
 def test_staged_tables_equal_the_split_kernels_torch_tables(name):
-    """The numpy tables the step inputs stage (engine/kernels/gdn_tables.py) equal what the split
-    kernel's eager path builds on the device with torch ops (`_chunk_tables`), from the same
+    """The tables the step inputs stage at fixed offsets equal what the split kernel's eager
+    path sends (`_chunk_tables`; both built by engine/kernels/gdn_tables.py), from the same
     leading one-token rows; the staged fields sit at the same addresses for every step."""
     triton_gdn = pytest.importorskip("engine.kernels.triton_gdn")
     inputs = StepInputs(96, 16, 8, torch.device("cpu"), slots=1)

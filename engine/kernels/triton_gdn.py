@@ -37,7 +37,8 @@ import torch
 import triton
 import triton.language as tl
 
-from engine.kernels.gdn_tables import max_chunks, one_token_prefix
+from engine.kernels.gdn_tables import chunk_tables, max_chunks, one_token_prefix
+from engine.layers.sampler import rows_to
 
 
 @triton.jit
@@ -512,22 +513,18 @@ def _gdn_outputs_kernel(
 
 def _chunk_tables(meta, chunk: int, row0: int):
     """The chunks of `chunk` tokens of the step's rows from `row0` on, built once a step (the
-    first layer) and kept on `meta`: their count (from the host's row lengths), and on the
-    device each chunk's row and first token, and each row's first chunk (rows before `row0`
-    have none)."""
+    first layer) and kept on `meta`: their count, and on the device each chunk's row and
+    first token, and each row's first chunk (rows before `row0` have none). Built on the host
+    from the rows' lengths (`gdn_tables.chunk_tables`, what the step inputs stage for a
+    captured step) and sent in one copy that does not wait for the GPU."""
     kept = getattr(meta, "gdn_chunks", None)
     if kept is not None and kept[0] == (chunk, row0):
         return kept[1]
-    count = sum(-(-n // chunk) for n in meta.num_new[row0:])
-    cu = meta.cu_seqlens
-    per_row = (cu[1:] - cu[:-1] + chunk - 1) // chunk
-    per_row[:row0] = 0
-    first = torch.cumsum(per_row, 0) - per_row
-    rows = torch.arange(len(per_row), device=cu.device)
-    chunk_row = torch.repeat_interleave(rows, per_row, output_size=count)
-    within = torch.arange(count, device=cu.device) - first[chunk_row]
-    chunk_start = cu[chunk_row] + within * chunk
-    tables = (count, chunk_row.to(torch.int32), chunk_start.to(torch.int32), first.to(torch.int32))
+    chunk_row, chunk_start, first = chunk_tables(np.asarray(meta.num_new), row0, chunk)
+    count = len(chunk_row)
+    device = rows_to(np.concatenate([chunk_row, chunk_start, first]), torch.int32,
+                     meta.cu_seqlens.device)  # fmt: skip
+    tables = (count, device[:count], device[count : 2 * count], device[2 * count :])
     meta.gdn_chunks = ((chunk, row0), tables)
     return tables
 
