@@ -189,9 +189,14 @@ def test_08b_piecewise_replay_equals_eager_for_every_bucket(piecewise_gdn):
     block their sums differently), greedy choices agree, and the K/V and states written are
     the eager step's. `gdn-captured`: engine.piecewise_gdn, Gated DeltaNet replayed inside the
     pieces on its fixed-grid kernels (attention the only split op)."""
+    # captured Gated DeltaNet runs the split kernel whatever gdn_prefill says: the eager step
+    # it is held to runs it too (`auto`'s one-launch kernel below 512 tokens sums in another
+    # order, and bf16 near-ties among random-weight logits then flip: 2 of 3 rows agreed at 64
+    # tokens on the H200, session 6, with the logits within the bound below)
     config = replace(
         load_scenario("qwen35", "0.8b").engine, kv_pages=2048, state_slots=96, max_rows=64,
         max_tokens_per_step=2048, piecewise_gdn=piecewise_gdn,
+        gdn_prefill="triton_split" if piecewise_gdn else "auto",
     )  # fmt: skip
     model = build_model("qwen35", "0.8b", 0, "bfloat16", "cuda")
     engine = Engine(model, config)
@@ -265,12 +270,17 @@ def test_08b_piecewise_engine_decodes_as_the_eager_one_across_buckets():
     """A mixed workload (mixing on, prompts of 3 to 700 tokens arriving as others decode, so
     step sizes cross token buckets mid-run) on the piecewise runner, with Gated DeltaNet split
     out of the pieces and captured in them (`engine.piecewise_gdn`), and on eager prefill
-    steps: every request's first tokens agree (bf16 noise may flip a near-tie later on)."""
+    steps: every request's first tokens agree (bf16 noise may flip a near-tie later on).
+    Captured Gated DeltaNet always runs the split kernel (on fixed grids), so it is held to
+    eager steps on the split kernel: `auto` picks the one-launch kernel below 512 tokens, whose
+    different summation order flips near-ties among 248k random-weight logits (2 of 10 first
+    tokens on the H200, session 6) without being wrong."""
     prompts = [[(7 * i + j) % 240_000 + 1 for j in range(n)]
                for i, n in enumerate([3, 700, 17, 64, 250, 5, 129, 400, 33, 90])]  # fmt: skip
     modes = {
         "eager": dict(piecewise_graphs=False),
         "pieces": dict(piecewise_graphs=True),
+        "eager, split kernel": dict(piecewise_graphs=False, gdn_prefill="triton_split"),
         "pieces with GDN": dict(piecewise_graphs=True, piecewise_gdn=True),
     }
     outs = {}
@@ -279,11 +289,11 @@ def test_08b_piecewise_engine_decodes_as_the_eager_one_across_buckets():
             "cuda", "bfloat16", "0.8b", prompts, 6, stagger=True, overlap=True, mixing=True,
             max_rows=16, max_tokens_per_step=512, **settings,
         )  # fmt: skip
-    for mode in ("pieces", "pieces with GDN"):
-        first = [outs[mode][r][:2] == outs["eager"][r][:2] for r in range(len(prompts))]
+    for mode, eager in (("pieces", "eager"), ("pieces with GDN", "eager, split kernel")):
+        first = [outs[mode][r][:2] == outs[eager][r][:2] for r in range(len(prompts))]
         assert sum(first) >= 9, (mode, outs)
-        same = sum(outs[mode][r] == outs["eager"][r] for r in outs[mode])
-        print(mode, "- requests whose 6 tokens agree with eager:", same)
+        same = sum(outs[mode][r] == outs[eager][r] for r in outs[mode])
+        print(mode, f"- requests whose 6 tokens agree with {eager}:", same)
 
 
 def _orpheus_on(device: str, overlap: bool, lengths: list[int], **engine):
@@ -451,8 +461,9 @@ def test_a_codec_overlap_step_does_not_wait_for_its_device_work():
         assert stage.pending is not None and not stage.pending.done.query()
         assert stage.step(got.extend) == 1  # finishes it: the last window, the last frame
         assert stage.pending is None and not stage.streams
+        # the reference under the same convolution settings (cuDNN's TF32 default is on)
+        want = node.decode(network, np.array([tokens[i * 7 : i * 7 + 28] for i in range(3)]))
     assert [f.finish_reason for f in got] == [None, None, "length"]
-    want = node.decode(network, np.array([tokens[i * 7 : i * 7 + 28] for i in range(3)]))
     pcm = np.stack([np.frombuffer(f.audio, dtype="<i2") for f in got])
     assert _max_pcm_difference(pcm, want) <= 1
 
