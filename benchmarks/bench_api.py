@@ -1,0 +1,228 @@
+"""The API server's own ceiling: how many streamed tokens a second it delivers when the worker
+is never the limit.
+
+    python -m benchmarks.bench_api --concurrency 64 --tick-ms 1 --requests 512 --warmup 64
+
+Starts the real API server (engine/api: aiohttp, the ZMQ link, the streaming replies) in one
+process and, in another, a stand-in worker that speaks the worker's protocol: Ready, then
+every `--tick-ms` one token for each running request in one StepFrames message, as the real
+worker's iteration does, the last with finish_reason "length"; no model. Then drives it with
+`bench measure` (the harness's closed loop at the given concurrency, the qwen35 scenario's
+load at `--size`). The stand-in can emit `concurrency x 1000 / tick_ms` tokens a second; what
+the client receives, and how many requests the stand-in holds on average (its occupancy: a
+request the client has not yet resent is in neither), say whether the API server keeps up.
+`--profile FILE` writes the API server's cProfile table (where its CPU goes).
+
+On a machine where the real engine's worker iterates at ~2.5 ms with 45 of 64 requests in it
+(the H200, session 6), a ceiling near the engine's own throughput says the API server, not the
+GPU, bounds the run (docs/BENCHMARKS.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import json
+import os
+import pstats
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import zmq
+
+from engine.messages import (
+    Abort,
+    AddRequest,
+    GetStats,
+    Ready,
+    Shutdown,
+    StepFrames,
+    TokenFrame,
+    WorkerStats,
+    decode_to_worker,
+    encode,
+)
+
+VOCAB = 248_320  # the 0.8b preset's: the load's token ids must be valid
+MAX_LEN = 4096
+
+
+def stand_in_worker(ipc: str, tick_s: float, report: str) -> None:
+    """The worker's side of the link, at a fixed iteration time; writes its occupancy (mean
+    running requests over the ticks with any) and tokens sent to `report` on Shutdown."""
+    ctx = zmq.Context()
+    inbox, outbox = ctx.socket(zmq.PULL), ctx.socket(zmq.PUSH)
+    inbox.bind(f"ipc://{ipc}/to_worker")
+    outbox.connect(f"ipc://{ipc}/from_worker")
+    outbox.send(encode(Ready("stand-in", "0.8b", "none", 0, VOCAB, MAX_LEN, [])))
+    running: dict[int, int] = {}
+    ticks = busy = tokens = 0
+    began = None
+    stop = False
+    next_tick = time.perf_counter()
+    while not stop:
+        while inbox.poll(0):
+            msg = decode_to_worker(inbox.recv())
+            if isinstance(msg, AddRequest):
+                running[msg.rid] = msg.max_tokens
+                began = began or time.perf_counter()
+            elif isinstance(msg, Abort):
+                running.pop(msg.rid, None)
+            elif isinstance(msg, GetStats):
+                outbox.send(encode(WorkerStats(8, 8, 4, 4, len(running), 0)))
+            elif isinstance(msg, Shutdown):
+                stop = True
+        frames = []
+        for rid in list(running):
+            running[rid] -= 1
+            last = running[rid] == 0
+            frames.append(TokenFrame(rid, [rid % VOCAB], finish_reason="length" if last else None))
+            if last:
+                del running[rid]
+        if frames:
+            ticks += 1
+            busy += len(frames)
+            tokens += len(frames)
+            outbox.send(encode(StepFrames(frames)))
+        next_tick += tick_s
+        time.sleep(max(0.0, next_tick - time.perf_counter()))
+    seconds = time.perf_counter() - (began or time.perf_counter())
+    figures = {"ticks": ticks, "mean_running": busy / max(ticks, 1), "tokens": tokens}
+    Path(report).write_text(json.dumps(figures | {"seconds": seconds}))
+    inbox.close(0)
+    outbox.close(0)
+    ctx.term()
+
+
+async def _api(ipc: str, port: int) -> None:
+    from aiohttp import web
+
+    from engine.api.server import build_app, on_ready
+    from engine.api.worker_client import WorkerClient
+    from engine.tokenizer import ByteTokenizer
+
+    client = WorkerClient(ipc)
+    client.start()
+    app = build_app(client, "qwen35", 1 << 24)
+    runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    ready = await client.ready
+    on_ready(app, ready.vocab_size, ready.max_model_len, ByteTokenizer())
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    client.shutdown_worker()
+    await runner.cleanup()
+    client.close()
+
+
+def api_server(ipc: str, port: int, profile: str | None) -> None:
+    """The API server as `engine serve` builds it, minus the worker it would start."""
+    if profile is None:
+        asyncio.run(_api(ipc, port))
+        return
+    prof = cProfile.Profile()
+    prof.enable()
+    asyncio.run(_api(ipc, port))
+    prof.disable()
+    with open(profile, "w") as out:
+        pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(40)
+
+
+def _wait_health(port: int, timeout_s: float = 30.0) -> None:
+    import http.client
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
+            conn.request("GET", "/health")
+            if conn.getresponse().status == 200:
+                return
+        except OSError:
+            pass
+        time.sleep(0.1)
+    raise SystemExit(f"the API server on port {port} did not become healthy in {timeout_s:g} s")
+
+
+def run(args: argparse.Namespace) -> dict:
+    from harness.measure.server import free_port
+
+    ipc = tempfile.mkdtemp(prefix="bench-api-")
+    port = free_port()
+    report = os.path.join(ipc, "worker.json")
+    me = [sys.executable, "-m", "benchmarks.bench_api"]
+    worker = subprocess.Popen([*me, "--role", "worker", "--ipc", ipc, "--tick-ms",
+                               str(args.tick_ms), "--report", report])  # fmt: skip
+    api = subprocess.Popen([*me, "--role", "api", "--ipc", ipc, "--port", str(port),
+                            *(["--profile", args.profile] if args.profile else [])])  # fmt: skip
+    try:
+        _wait_health(port)
+        out = Path(args.out or tempfile.mkdtemp(prefix="bench-api-run-"))
+        measure = subprocess.run(
+            [sys.executable, "-m", "harness", "measure", f"http://127.0.0.1:{port}",
+             "--scenario", "qwen35", "--size", args.size, "-c", str(args.concurrency),
+             "--requests", str(args.requests), "--warmup", str(args.warmup),
+             "--out", str(out), "--overwrite", "--json"],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        if measure.returncode not in (0, 1):
+            raise SystemExit(f"bench measure failed ({measure.returncode}):\n{measure.stderr}")
+        summary = json.loads(measure.stdout[measure.stdout.index("{") :])
+    finally:
+        api.send_signal(signal.SIGINT)  # the API server sends the stand-in its Shutdown
+        api.wait(timeout=20)
+        worker.wait(timeout=20)
+    import pandas as pd
+
+    stand_in = json.loads(Path(report).read_text())
+    requests = pd.read_parquet(out / "requests.parquet")
+    figures = {f["figure"]: f["value"] for f in summary["figures"]}
+    return {
+        "capacity_tok_per_s": args.concurrency * 1000.0 / args.tick_ms,
+        "delivered_tok_per_s_steady": figures["output_tok_per_s"],
+        "delivered_tok_per_s_run": figures["output_tok_per_s_run"],
+        "ttft_p50_ms": figures["ttft_p50_ms"],
+        "ttft_p99_ms": figures["ttft_p99_ms"],
+        "itl_p99_ms": figures["itl_p99_ms"],
+        "tokens_sent": stand_in["tokens"],
+        "tokens_received": int(requests["output_tokens"].sum()),
+        "tokens_asked": int(requests["max_tokens"].sum()),
+        "failed": int((requests["status"] != 200).sum()),
+        "stand_in_mean_running": stand_in["mean_running"],
+        "run": str(out),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--concurrency", "-c", type=int, default=64)
+    parser.add_argument("--tick-ms", type=float, default=1.0, help="the stand-in's iteration")
+    parser.add_argument("--requests", type=int, default=512)
+    parser.add_argument("--warmup", type=int, default=64)
+    parser.add_argument("--size", default="0.8b", help="the qwen35 load profile to send")
+    parser.add_argument("--out", default=None, help="bench measure's run directory")
+    parser.add_argument("--profile", default=None, help="the API server's cProfile table here")
+    parser.add_argument("--role", choices=["bench", "worker", "api"], default="bench")
+    parser.add_argument("--ipc", default=None)
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--report", default=None)
+    args = parser.parse_args()
+    if args.role == "worker":
+        stand_in_worker(args.ipc, args.tick_ms / 1000.0, args.report)
+    elif args.role == "api":
+        api_server(args.ipc, args.port, args.profile)
+    else:
+        print(json.dumps(run(args), indent=1))
+
+
+if __name__ == "__main__":
+    main()
