@@ -223,3 +223,17 @@ def test_the_terminal_tables_read_at_80_columns(tmp_path):
     assert all(line.rstrip()[-1] in "┓┃┩│┘" for line in rows)  # no table cropped at its right
     for name in SPANS_MS:
         assert name.removeprefix("worker.") in text
+
+
+def test_an_interval_of_few_replicates_prints_its_far_bounds_as_past_a_limit():
+    """One block's interval (1 degree of freedom) runs to exp(+-many): its bounds print as
+    `<-99.9` and `>+999%`, not as eleven-digit percentages; ordinary bounds print as before."""
+    from harness.analysis.stats import ONE_BLOCK, Change
+    from harness.show.format import change_text
+
+    far = Change(2.398, 1e-9, 7.2e9, 1, ONE_BLOCK, 1, "not enough data")
+    assert change_text(far) == "+139.8% (<-99.9..>+999%)"
+    near = Change(1.045, 0.925, 1.18, 3, ONE_BLOCK, 8, "not enough data")
+    assert change_text(near) == "+4.5% (-7.5..+18.0%)"
+    edge = Change(1.0, 0.001, 10.99, 1, ONE_BLOCK, 1, "not enough data")  # exactly at the limits
+    assert change_text(edge) == "+0.0% (-99.9..+999.0%)"

@@ -29,13 +29,31 @@ def joined(values: list, show=number) -> str:
     return " / ".join(show(v) for v in values) or "-"
 
 
+# Interval bounds past these print as such: a ratio's interval from few replicates (one block:
+# 1 degree of freedom, t ~ 400 at a Bonferroni level) runs to exp(+-many), which as a
+# percentage is digits that say nothing the "past" form does not.
+FAR_LOW, FAR_HIGH = -0.999, 9.99  # -99.9%, +999%
+
+
+def bound_text(offset: float, digits: int = 1, percent_sign: bool = True) -> str:
+    """One bound of a change's interval (ratio - 1) as a signed percentage; past FAR_LOW or
+    FAR_HIGH, `<-99.9%` or `>+999%`."""
+    sign = "%" if percent_sign else ""
+    if offset < FAR_LOW:
+        return f"<{FAR_LOW * 100:+.1f}{sign}"
+    if offset > FAR_HIGH:
+        return f">{FAR_HIGH * 100:+.0f}{sign}"
+    return f"{offset * 100:+.{digits}f}{sign}"
+
+
 def change_text(change: Change) -> str:
     if change.ratio is None:
         return "-"
     if change.low is None:
         return f"{change.ratio - 1:+.1%} (no interval)"
-    low = (change.low - 1) * 100  # compact, for 80 columns: +4.5% (-7.5..+18.0%)
-    return f"{change.ratio - 1:+.1%} ({low:+.1f}..{change.high - 1:+.1%})"
+    # compact, for 80 columns: +4.5% (-7.5..+18.0%)
+    low = bound_text(change.low - 1, percent_sign=False)
+    return f"{change.ratio - 1:+.1%} ({low}..{bound_text(change.high - 1)})"
 
 
 def verdict_text(change: Change) -> str:

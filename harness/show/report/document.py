@@ -20,7 +20,7 @@ from harness.analysis.power import mismatch, rates_for
 from harness.analysis.power_stats import PLANTED, POWER
 from harness.analysis.schema import LETTERS
 from harness.analysis.stats import BETWEEN_RUNS, FASTER, NO_CHANGE, NO_VERDICT, ONE_BLOCK, SLOWER
-from harness.show.format import MESSAGE_NOTE, caption, number, phase_caption
+from harness.show.format import MESSAGE_NOTE, bound_text, caption, number, phase_caption
 from harness.show.measurement import load_text
 from harness.show.report.blocks import Block, Bullets, Heading, Image, Text
 from harness.show.report.evidence import Evidence
@@ -101,7 +101,7 @@ def headline(c: Comparison) -> str:
     elif f.change.ratio is not None:
         change = (
             f", change {f.change.ratio - 1:+.1%} ({c.rule.level:.0%} CI "
-            f"{f.change.low - 1:+.1%} .. {f.change.high - 1:+.1%})"
+            f"{bound_text(f.change.low - 1)} .. {bound_text(f.change.high - 1)})"
         )
     if c.unit == BETWEEN_RUNS:
         over = f"over {f.change.blocks} recorded run(s), each run one replicate"
