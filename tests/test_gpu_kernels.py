@@ -51,6 +51,8 @@ def _batch(cached: list[int], new: list[int], slots: list[int], pages: list[list
         torch.tensor([s - (len(p) - 1) * ps for s, p in zip(seq, pages, strict=True)], **i32),
         torch.tensor(cu, **i32),
         torch.tensor(cu).numpy(),
+        max(new),
+        max(seq),
     )
     return ForwardBatch(
         input_ids=torch.zeros(len(slot_map), device=CUDA, **i32),

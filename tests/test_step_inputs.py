@@ -17,9 +17,10 @@ from engine.worker.engine import Engine
 from engine.worker.graphs import buckets_up_to, gc_paused
 
 
-def _engine_with_requests(lengths: list[int]) -> Engine:
-    """A tiny CPU engine holding one greedy request per prompt length, none run yet."""
-    config = replace(load_scenario("qwen35", "tiny").engine, kv_pages=256, max_rows=16)
+def _engine_with_requests(lengths: list[int], **settings) -> Engine:
+    """A tiny CPU engine holding one greedy request per prompt length, none run yet;
+    `settings` over the scenario's engine."""
+    config = replace(load_scenario("qwen35", "tiny").engine, kv_pages=256, max_rows=16, **settings)
     engine = Engine(build_model("qwen35", "tiny", 0, "float32", "cpu"), config)
     for rid, n in enumerate(lengths):
         prompt = [(5 * rid + j) % 4000 + 1 for j in range(n)]
@@ -28,8 +29,8 @@ def _engine_with_requests(lengths: list[int]) -> Engine:
     return engine
 
 
-def _engine_after_prefill(lengths: list[int]) -> Engine:
-    engine = _engine_with_requests(lengths)
+def _engine_after_prefill(lengths: list[int], **settings) -> Engine:
+    engine = _engine_with_requests(lengths, **settings)
     while any(not r.prefill_done for r in engine.requests.values()):
         engine.step_finished(engine.launch(engine.scheduler.schedule()).to_host())
     return engine
@@ -199,3 +200,25 @@ def test_graph_capture_pauses_the_garbage_collector_and_collects_first():
         assert not gc.isenabled()  # left as it was found
     finally:
         gc.enable()
+
+
+@pytest.mark.parametrize("pad_to", [None, 8])
+def test_the_host_layout_carries_the_longest_rows_flashinfer_would_find(pad_to):
+    """FlashInfer's prefill plan gets the longest row's new tokens and KV length from the
+    staging (so it does not loop over tensors to find them): they are what its own loop over
+    the host layout finds, padding rows (1 new token, a KV of one sink-page token) included."""
+    engine = _engine_after_prefill([5, 19], mixing=True)
+    for rid, n in ((2, 7), (3, 3)):  # two prompts beside the two decode rows: a mixed step
+        prompt = [rid + j + 1 for j in range(n)]
+        msg = AddRequest(rid, prompt, 8, ignore_eos=True, temperature=0)
+        engine.add_request(msg, prompt).handle = rid
+    rows = engine.scheduler.schedule()
+    assert [r.walk for r in rows] == ["decode", "decode", "prefill", "prefill"]
+    batch = engine.inputs.stage(rows, engine.cache, engine.ops, pad_to=pad_to)
+    host, page = batch.host, engine.cache.page_size
+    q_lens = (host.qo_indptr[1:] - host.qo_indptr[:-1]).tolist()
+    pages = (host.kv_indptr[1:] - host.kv_indptr[:-1]).tolist()
+    lasts = host.kv_last_page_len.tolist()
+    kv_lens = [(p - 1) * page + last for p, last in zip(pages, lasts, strict=True)]
+    assert (host.max_q_len, host.max_kv_len) == (max(q_lens), max(kv_lens))
+    assert host.max_q_len == 7 and host.max_kv_len == 20  # 19 cached + 1 new

@@ -148,6 +148,7 @@ class StepInputs:
             table[np.arange(width)[None, :] < row_pages[:, None]] = kv_indices
             parts["page_table"] = table
         host, dev = self._send(parts)
+        longest = int(num_new.max()), int(seq_lens[:real].max(initial=1))  # padding rows' KV: 1
         return ForwardBatch(
             input_ids=dev["input_ids"],
             positions=dev["positions"],
@@ -164,7 +165,9 @@ class StepInputs:
             cached=dev["cached"],
             kv_indices=dev["kv_indices"],
             last_index=dev["last_index"],
-            host=HostLayout(host["kv_indptr"], host["kv_last_page_len"], host["cu_seqlens"], cu),
+            host=HostLayout(
+                host["kv_indptr"], host["kv_last_page_len"], host["cu_seqlens"], cu, *longest
+            ),
             gdn_tables=self._gdn_tables(dev) if gdn_tables else None,
         )
 
