@@ -7,7 +7,8 @@ prefill (or mixed) steps beside it.
 Runs the engine's own step (`Engine.launch`, the wait, the host copy, `step_finished`) on a
 batch of requests whose prompts are prefilled first, then times decode steps: wall time per
 step from schedule to the tokens on the host (what the worker loop pays), median and spread.
-`--profile FILE` adds a torch profiler table of a few steps (where the time goes).
+`--profile FILE` adds a torch profiler table of a few steps (where the time goes); `--stacks`
+groups the prefill steps' host calls by the Python lines that make them.
 `--prefill RxL ...` then times steps that prefill R new prompts of L tokens while the batch
 decodes: with `mixing` off (the scenario's) a prefill-only step, with `--mixing` one mixed
 step of the batch's decode rows and the new prompts; each new request is removed after its
@@ -80,6 +81,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--state-dtype", default="float32", choices=["float32", "bfloat16"])
     parser.add_argument("--prefill", nargs="*", default=[], metavar="RxL")
     parser.add_argument("--profile", default=None, help="write a profiler table here")
+    parser.add_argument(
+        "--stacks", action="store_true",
+        help="with --profile: the prefill steps' host calls also grouped by their Python stack",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     steps = args.steps + args.warmup + 5 + 40 * len(args.prefill)
     engine = build(
@@ -120,11 +125,15 @@ def main(argv: list[str] | None = None) -> None:
         if args.profile:
             from torch.profiler import ProfilerActivity, profile
 
-            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA]
+            with profile(activities=activities, with_stack=args.stacks) as prof:
                 _prefill_times(engine, rows, length, repeats=2)
             averages = prof.key_averages()  # the host's time, then the GPU's
             tables = [averages.table(sort_by=key, row_limit=row_limit) for key, row_limit in
                       (("self_cpu_time_total", 30), ("self_cuda_time_total", 12))]  # fmt: skip
+            if args.stacks:  # which lines of ours (or a library's) make the host's calls
+                by_stack = prof.key_averages(group_by_stack_n=6)
+                tables.append(by_stack.table(sort_by="self_cpu_time_total", row_limit=40))
             Path(f"{args.profile}.prefill_{spec}").write_text("\n".join(tables))
         print(
             f"{'mixed' if args.mixing else 'prefill'} step, {rows} new x {length} tokens beside "
