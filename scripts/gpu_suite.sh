@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Every GPU test and benchmark of the project, for one `device` run (see docs/BENCHMARKS.md):
 #   bash scripts/gpu_suite.sh STAGE...  STAGE: tests | quick | step | prefill | options | mixed |
-#   accuracy | gdn | gdncap | run | evidence | orpheus | codec | codec_overlap | all
+#   splitstep | stacks | accuracy | gdn | gdncap | run | evidence | orpheus | codec |
+#   codec_overlap | all
 # with carry [".whl", ".jitcache"]. Logs go under $OUT (default ./gpu-out). JIT caches
 # (FlashInfer, Triton) are restored from .jitcache/ when present and saved to $OUT/jit-*.
 set -uo pipefail
@@ -92,6 +93,21 @@ for stage in "${stages[@]}"; do
         done
       done
       cat /tmp/profile_gdncap*.prefill_* > "$OUT/gdncap_profiles.txt" ;;
+    splitstep)  # gdn_prefill auto (the one-launch kernel below 512 tokens) against triton_split
+      # at the prompt lengths the qwen35 load sends, prefill-only and mixed, beside 64 decoding
+      # (each run ~25 s warm; the first on a fresh machine builds and compiles: 150 s guards)
+      for gdn in auto triton_split; do
+        for mix in --no-mixing --mixing; do
+          timeout 150 python3 -m benchmarks.bench_gpu_step --batch 64 --context 512 --steps 5 \
+            --graphs --piecewise $mix --gdn-prefill $gdn --prefill 1x128 1x384 4x256 2>&1 \
+            | grep -E "step,|Error|error" | tee -a "$OUT/bench_step.log"
+        done
+      done ;;
+    stacks)  # a mixed step's host calls by Python line (1 x 384 beside 64 decoding)
+      timeout 150 python3 -m benchmarks.bench_gpu_step --batch 64 --context 512 --steps 5 \
+        --graphs --piecewise --mixing --prefill 1x384 --profile /tmp/profile_stacks --stacks \
+        2>&1 | grep -E "step,|Error|error" | tee -a "$OUT/bench_step.log"
+      cp /tmp/profile_stacks.prefill_1x384 "$OUT/stacks.txt" ;;
     accuracy)  # engine.state_dtype bfloat16 against float32: greedy agreement at 0.8b
       timeout 400 python3 -m benchmarks.bench_state_accuracy --size 0.8b --requests 16 \
         --prompt 128 --tokens 512 2>&1 | tail -n 30 | tee "$OUT/state_accuracy.log" ;;
