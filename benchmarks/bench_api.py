@@ -52,6 +52,20 @@ VOCAB = 248_320  # the 0.8b preset's: the load's token ids must be valid
 MAX_LEN = 4096
 
 
+def one_token_each(running: dict[int, int], vocab: int) -> list[TokenFrame]:
+    """A stand-in worker's iteration: one token (rid % vocab) for each running request
+    (rid -> tokens left), the last with finish_reason "length"; finished requests leave
+    `running`."""
+    frames = []
+    for rid in list(running):
+        running[rid] -= 1
+        last = running[rid] == 0
+        frames.append(TokenFrame(rid, [rid % vocab], finish_reason="length" if last else None))
+        if last:
+            del running[rid]
+    return frames
+
+
 def stand_in_worker(ipc: str, tick_s: float, report: str) -> None:
     """The worker's side of the link, at a fixed iteration time; writes its occupancy (mean
     running requests over the ticks with any) and tokens sent to `report` on Shutdown."""
@@ -77,13 +91,7 @@ def stand_in_worker(ipc: str, tick_s: float, report: str) -> None:
                 outbox.send(encode(WorkerStats(8, 8, 4, 4, len(running), 0)))
             elif isinstance(msg, Shutdown):
                 stop = True
-        frames = []
-        for rid in list(running):
-            running[rid] -= 1
-            last = running[rid] == 0
-            frames.append(TokenFrame(rid, [rid % VOCAB], finish_reason="length" if last else None))
-            if last:
-                del running[rid]
+        frames = one_token_each(running, VOCAB)
         if frames:
             ticks += 1
             busy += len(frames)

@@ -29,6 +29,7 @@ from aiohttp import web
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from benchmarks.bench_api import one_token_each
 from engine import ipc_dirs
 from engine.api.server import build_app, on_ready
 from engine.api.worker_client import WorkerClient
@@ -39,7 +40,6 @@ from engine.messages import (
     Ready,
     Shutdown,
     StepFrames,
-    TokenFrame,
     WorkerStats,
     decode_to_worker,
     encode,
@@ -92,15 +92,7 @@ class FakeWorker(threading.Thread):
                 held -= 1
             while not self.raw.empty():
                 outbox.send(self.raw.get())
-            frames = []
-            for rid in list(running):
-                running[rid] -= 1
-                last = running[rid] == 0
-                frames.append(
-                    TokenFrame(rid, [rid % VOCAB], finish_reason="length" if last else None)
-                )
-                if last:
-                    del running[rid]
+            frames = one_token_each(running, VOCAB)
             if frames:
                 outbox.send(encode(StepFrames(frames)))
             time.sleep(self.tick_s)
