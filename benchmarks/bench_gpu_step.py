@@ -8,7 +8,7 @@ Runs the engine's own step (`Engine.launch`, the wait, the host copy, `step_fini
 batch of requests whose prompts are prefilled first, then times decode steps: wall time per
 step from schedule to the tokens on the host (what the worker loop pays), median and spread.
 `--profile FILE` adds a torch profiler table of a few steps (where the time goes); `--stacks`
-groups the prefill steps' host calls by the Python lines that make them.
+groups the steps' host calls by the Python lines that make them.
 `--prefill RxL ...` then times steps that prefill R new prompts of L tokens while the batch
 decodes: with `mixing` off (the scenario's) a prefill-only step, with `--mixing` one mixed
 step of the batch's decode rows and the new prompts; each new request is removed after its
@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--profile", default=None, help="write a profiler table here")
     parser.add_argument(
         "--stacks", action="store_true",
-        help="with --profile: the prefill steps' host calls also grouped by their Python stack",
+        help="with --profile: the steps' host calls also grouped by their Python stack",
     )  # fmt: skip
     args = parser.parse_args(argv)
     steps = args.steps + args.warmup + 5 + 40 * len(args.prefill)
@@ -112,10 +112,14 @@ def main(argv: list[str] | None = None) -> None:
     if args.profile:
         from torch.profiler import ProfilerActivity, profile
 
-        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA]
+        with profile(activities=activities, with_stack=args.stacks) as prof:
             for _ in range(5):
                 _step(engine)
         table = prof.key_averages().table(sort_by="cuda_time_total", row_limit=40)
+        if args.stacks:  # the decode step's host calls by the Python lines that make them
+            by_stack = prof.key_averages(group_by_stack_n=6)
+            table += "\n" + by_stack.table(sort_by="self_cpu_time_total", row_limit=40)
         with open(args.profile, "w") as out:
             out.write(table)
         print(table[:6000])

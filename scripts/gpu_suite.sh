@@ -103,11 +103,12 @@ for stage in "${stages[@]}"; do
             | grep -E "step,|Error|error" | tee -a "$OUT/bench_step.log"
         done
       done ;;
-    stacks)  # a mixed step's host calls by Python line (1 x 384 beside 64 decoding)
+    stacks)  # the host calls of a decode step (batch 64, graphs) and of a mixed step (1 x 384
+      # beside 64 decoding) by Python line
       timeout 150 python3 -m benchmarks.bench_gpu_step --batch 64 --context 512 --steps 5 \
         --graphs --piecewise --mixing --prefill 1x384 --profile /tmp/profile_stacks --stacks \
         2>&1 | grep -E "step,|Error|error" | tee -a "$OUT/bench_step.log"
-      cp /tmp/profile_stacks.prefill_1x384 "$OUT/stacks.txt" ;;
+      cat /tmp/profile_stacks /tmp/profile_stacks.prefill_1x384 > "$OUT/stacks.txt" ;;
     accuracy)  # engine.state_dtype bfloat16 against float32: greedy agreement at 0.8b
       timeout 400 python3 -m benchmarks.bench_state_accuracy --size 0.8b --requests 16 \
         --prompt 128 --tokens 512 2>&1 | tail -n 30 | tee "$OUT/state_accuracy.log" ;;
