@@ -3,6 +3,7 @@ prefill (or mixed) steps beside it.
 
     python -m benchmarks.bench_gpu_step --size 0.8b --batch 64 --context 512 --kernels cuda
     python -m benchmarks.bench_gpu_step --batch 64 --graphs --piecewise --prefill 1x384 4x256
+    python -m benchmarks.bench_gpu_step --scenario orpheus --size 3b --context 256 --graphs
 
 Runs the engine's own step (`Engine.launch`, the wait, the host copy, `step_finished`) on a
 batch of requests whose prompts are prefilled first, then times decode steps: wall time per
@@ -13,6 +14,12 @@ groups the steps' host calls by the Python lines that make them.
 decodes: with `mixing` off (the scenario's) a prefill-only step, with `--mixing` one mixed
 step of the batch's decode rows and the new prompts; each new request is removed after its
 step, so every repeat sees the same batch.
+
+`--scenario orpheus` times Orpheus's LLM (docs/ORPHEUS.md) the same way: its engine is the
+worker's (`build_engine`), so its node's logit mask is in effect (each row samples the 4096
+audio codes of its token's position in a frame, from the step's logits); the prompts carry the
+speech format's markers around random ids, as /v1/audio/speech builds them. The codec is not
+run: benchmarks/bench_orpheus_iteration.py times the worker's iteration with both nodes.
 """
 
 from __future__ import annotations
@@ -23,13 +30,16 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import torch
 
-from engine.config import load_scenario
+from benchmarks import device_streams
+from engine.config import Scenario, load_scenario
 from engine.kernels import GDN_PREFILL
 from engine.messages import AddRequest
-from engine.models import build_model
+from engine.models import architecture
 from engine.worker.engine import Engine
+from engine.worker.main import build_engine
 
 
 def _step(engine: Engine) -> int:
@@ -40,19 +50,36 @@ def _step(engine: Engine) -> int:
     return len(rows)
 
 
+def prompt_ids(arch: str, vocab: int, length: int, gen: torch.Generator) -> list[int]:
+    """`length` prompt ids as the scenario's server runs them: random ids in [1, vocab), for a
+    model that speaks between its speech format's markers (what /v1/audio/speech makes of a
+    token-id input)."""
+    speech = architecture(arch).speech
+    prefix, suffix = (speech.prefix, speech.suffix) if speech is not None else ([], [])
+    body = length - len(prefix) - len(suffix)
+    if body < 1:
+        raise ValueError(f"a {arch} prompt needs more than {length} tokens")
+    return prefix + torch.randint(1, vocab, (body,), generator=gen).tolist() + suffix
+
+
 def build(
-    size: str, batch: int, context: int, steps: int, kernels: str, graphs: bool, **engine
+    scenario: Scenario,
+    batch: int,
+    context: int,
+    steps: int,
+    kernels: str,
+    graphs: bool,
+    **engine,
 ) -> Engine:
-    scenario = load_scenario("qwen35", size)
+    """The scenario's engine (its first node's, as the worker builds it), `batch` requests of
+    `context`-token prompts prefilled, each with room for `steps` more decode steps."""
     engine.setdefault("max_rows", batch)
     config = replace(scenario.engine, kernels=kernels, cuda_graphs=graphs, **engine)
-    spec = scenario.model
-    model = build_model(spec.arch, spec.preset, spec.seed, config.dtype, config.device)
-    engine = Engine(model, config)
+    engine, _ = build_engine(scenario.model, config)
     gen = torch.Generator().manual_seed(0)
-    vocab = model.config.vocab_size
+    vocab = engine.model.config.vocab_size
     for rid in range(batch):
-        prompt = torch.randint(1, vocab, (context,), generator=gen).tolist()
+        prompt = prompt_ids(scenario.model.arch, vocab, context, gen)
         msg = AddRequest(rid, prompt, steps + 64, ignore_eos=True, temperature=0)
         engine.add_request(msg, prompt).handle = rid  # the runtime handle a worker would set
     while any(not r.prefill_done for r in engine.requests.values()):
@@ -62,7 +89,8 @@ def build(
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="benchmarks.bench_gpu_step")
-    parser.add_argument("--size", default="0.8b")
+    parser.add_argument("--scenario", default="qwen35", choices=["qwen35", "orpheus"])
+    parser.add_argument("--size", default=None, help="default: the scenario's for this machine")
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--context", type=int, default=512)
     parser.add_argument("--steps", type=int, default=100)
@@ -87,8 +115,9 @@ def main(argv: list[str] | None = None) -> None:
     )  # fmt: skip
     args = parser.parse_args(argv)
     steps = args.steps + args.warmup + 5 + 40 * len(args.prefill)
+    scenario = load_scenario(args.scenario, args.size)
     engine = build(
-        args.size, args.batch, args.context, steps, args.kernels, args.graphs,
+        scenario, args.batch, args.context, steps, args.kernels, args.graphs,
         piecewise_graphs=args.piecewise, piecewise_gdn=args.piecewise_gdn, mixing=args.mixing,
         gdn_prefill=args.gdn_prefill,
         decode_tensor_cores=args.decode_tensor_cores, state_dtype=args.state_dtype,
@@ -104,34 +133,38 @@ def main(argv: list[str] | None = None) -> None:
     q = statistics.quantiles(times, n=10)
     median = statistics.median(times)
     print(
-        f"decode step, size {args.size}, batch {args.batch}, context {args.context}, "
+        f"decode step, size {scenario.size}, batch {args.batch}, context {args.context}, "
         f"kernels {engine.ops.name}, graphs {engine.graphs is not None}, decode tensor cores "
         f"{args.decode_tensor_cores}, state {args.state_dtype}: median {median:.3f} ms (p10 {q[0]:.3f}, p90 {q[-1]:.3f}) "
-        f"over {args.steps} steps = {args.batch / median * 1e3:,.0f} tok/s"
+        f"over {args.steps} steps = {args.batch / median * 1e3:,.0f} tok/s{_mask_note(engine)}"
     )
     if args.profile:
         from torch.profiler import ProfilerActivity, profile
 
         activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA]
         with profile(activities=activities, with_stack=args.stacks) as prof:
+            start = time.perf_counter()
             for _ in range(5):
                 _step(engine)
-        table = prof.key_averages().table(sort_by="cuda_time_total", row_limit=40)
+            wall_us = (time.perf_counter() - start) * 1e6
+        table = _device_busy(prof, wall_us, steps=5)
+        table += prof.key_averages().table(sort_by="cuda_time_total", row_limit=40)
         if args.stacks:  # the decode step's host calls by the Python lines that make them
             by_stack = prof.key_averages(group_by_stack_n=6)
             table += "\n" + by_stack.table(sort_by="self_cpu_time_total", row_limit=40)
         with open(args.profile, "w") as out:
             out.write(table)
         print(table[:6000])
+    arch = scenario.model.arch
     for spec in args.prefill:
         rows, length = (int(part) for part in spec.split("x"))
-        times = _prefill_times(engine, rows, length, repeats=30)
+        times = _prefill_times(engine, arch, rows, length, repeats=30)
         if args.profile:
             from torch.profiler import ProfilerActivity, profile
 
             activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA]
             with profile(activities=activities, with_stack=args.stacks) as prof:
-                _prefill_times(engine, rows, length, repeats=2)
+                _prefill_times(engine, arch, rows, length, repeats=2)
             averages = prof.key_averages()  # the host's time, then the GPU's
             tables = [averages.table(sort_by=key, row_limit=row_limit) for key, row_limit in
                       (("self_cpu_time_total", 30), ("self_cuda_time_total", 12))]  # fmt: skip
@@ -147,14 +180,36 @@ def main(argv: list[str] | None = None) -> None:
         )
 
 
-def _prefill_times(engine: Engine, rows: int, length: int, repeats: int) -> list[float]:
+def _device_busy(prof, wall_us: float, steps: int) -> str:
+    """The GPU's busy time a step (its kernels and copies on any stream: the step's own device
+    time) against the step's wall time under the profiler; nothing on a CPU."""
+    spans = device_streams.device_spans(prof.events())
+    if not spans:
+        return ""
+    busy = device_streams.busy_us(spans)
+    return (
+        f"GPU busy {busy / steps / 1e3:.3f} ms a step of {wall_us / steps / 1e3:.3f} ms wall "
+        f"({busy / wall_us:.0%}) over {steps} profiled steps\n"
+    )
+
+
+def _mask_note(engine: Engine) -> str:
+    """What the printed line says of the node's logit mask (nothing for a model without)."""
+    if engine.logit_mask is None:
+        return ""
+    _, width = engine.logit_mask(np.zeros(1, dtype=np.int64))
+    vocab = engine.model.config.vocab_size
+    return f", each row sampling its logit mask's {width:,} of {vocab:,} ids"
+
+
+def _prefill_times(engine: Engine, arch: str, rows: int, length: int, repeats: int) -> list[float]:
     gen = torch.Generator().manual_seed(length)
     vocab = engine.model.config.vocab_size
     times = []
     for i in range(repeats + 3):
         rids = [1_000_000 + i * rows + j for j in range(rows)]
         for rid in rids:
-            prompt = torch.randint(1, vocab, (length,), generator=gen).tolist()
+            prompt = prompt_ids(arch, vocab, length, gen)
             msg = AddRequest(rid, prompt, 4, ignore_eos=True, temperature=0)
             engine.add_request(msg, prompt).handle = rid
         t0 = time.perf_counter()

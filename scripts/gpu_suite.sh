@@ -150,6 +150,16 @@ for stage in "${stages[@]}"; do
         timeout 280 python3 -m harness run orpheus -c $c --abba --requests $((2 * c)) \
           --warmup 16 --out /tmp/orpheus-c$c 2>&1 | head -n 40 | tee -a "$OUT/orpheus.log"
       done ;;
+    orpheus_step)  # Orpheus 3b apart from the server: the LLM's decode step alone (batch 64,
+      # context 256, graphs, its logit mask; the GPU's busy time a step), then the worker's
+      # iteration with both nodes (64 requests, strict and overlapped loops), profiled by CUDA
+      # stream (docs/ORPHEUS.md); ORPHEUS_ITER_ARGS adds e.g. --codec-overlap. 300 s of guards
+      timeout 150 python3 -m benchmarks.bench_gpu_step --scenario orpheus --size 3b --batch 64 \
+        --context 256 --graphs --profile "$OUT/orpheus_step_profile.txt" 2>&1 \
+        | grep -E "decode step|GPU busy|Error|error" | tee -a "$OUT/orpheus_step.log"
+      timeout 150 python3 -m benchmarks.bench_orpheus_iteration --size 3b --requests 64 \
+        --profile "$OUT/orpheus_iteration_profile.txt" ${ORPHEUS_ITER_ARGS:-} 2>&1 \
+        | grep -v "^USDT" | tail -n 80 | tee -a "$OUT/orpheus_step.log" ;;
     codec)  # the codec graphs (engine.codec_graphs): their GPU tests, then, if they pass,
       # Orpheus 3b off vs on at c=64
       timeout 150 python3 -m pytest -m gpu -q -rA -s tests/test_gpu.py -k codec_graph 2>&1 \

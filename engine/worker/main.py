@@ -27,6 +27,7 @@ from engine.config import ConfigError, EngineConfig, ModelSpec
 from engine.env import EnvError
 from engine.messages import Ready, Shutdown, decode_to_worker, encode
 from engine.models import architecture, build_model, build_node, build_streams
+from engine.runtime.graph import NodeSubmodule
 from engine.worker.engine import Engine
 from engine.worker.stream_stage import StreamStage
 from engine.worker.timing import PhaseTimer, SpanPublisher, jsonl_sink
@@ -46,6 +47,17 @@ def _die_with_parent() -> None:
         pass
 
 
+def build_engine(model_spec: ModelSpec, config: EngineConfig) -> tuple[Engine, NodeSubmodule]:
+    """The first node's engine (its model, cache, scheduler) under the logit mask its node
+    declares, and the node: the worker's, and the step benchmark's (bench_gpu_step)."""
+    spec = model_spec
+    model = build_model(
+        spec.arch, spec.preset, spec.seed, config.dtype, config.device, path=spec.path
+    )
+    node = build_node(spec.arch, model, spec.eos_token_ids)
+    return Engine(model, config, logit_mask=node.sampling_window), node
+
+
 def build_worker(
     model_spec: ModelSpec,
     config: EngineConfig,
@@ -55,10 +67,7 @@ def build_worker(
     """A worker over the scenario's model and engine settings, as this process runs it; the
     benchmarks build theirs here too, so they measure the production assembly."""
     spec = model_spec
-    model = build_model(
-        spec.arch, spec.preset, spec.seed, config.dtype, config.device, path=spec.path
-    )
-    node = build_node(spec.arch, model, spec.eos_token_ids)
+    engine, node = build_engine(spec, config)
     streams = build_streams(spec.arch, spec.preset, spec.seed, config.dtype, config.device)
     stages = [
         StreamStage(
@@ -74,7 +83,7 @@ def build_worker(
         for network, stream_node in streams
     ]
     return Worker(
-        Engine(model, config, logit_mask=node.sampling_window),
+        engine,
         node,
         timer,
         send,
