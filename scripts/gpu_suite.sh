@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Every GPU test and benchmark of the project, for one `device` run (see docs/BENCHMARKS.md):
 #   bash scripts/gpu_suite.sh STAGE...  STAGE: tests | quick | step | prefill | options | mixed |
-#   splitstep | stacks | accuracy | gdn | gdncap | run | evidence | orpheus | codec |
-#   codec_overlap | all
+#   splitstep | stacks | accuracy | gdn | gdncap | run | evidence | orpheus | orpheus_step |
+#   codec | codec_overlap | all
 # with carry [".whl", ".jitcache"]. Logs go under $OUT (default ./gpu-out). JIT caches
 # (FlashInfer, Triton) are restored from .jitcache/ when present and saved to $OUT/jit-*.
 set -uo pipefail
