@@ -80,6 +80,11 @@ class EngineConfig:
     # the postprocess and frames) in the next, so the host no longer waits out the codec's
     # device work. Off (strict) until measured on a GPU. The same frames either way.
     codec_overlap: bool = False
+    # The codec's elementwise work on Triton kernels (engine/kernels/triton_snac.py), CUDA
+    # only: "torch" (the reference: each Snake five elementwise kernels), "snake" (each Snake
+    # one kernel) or "fused" (that, and each residual unit's Snake -> depthwise conv -> Snake
+    # one kernel). Captured by the codec graphs like the rest. "torch" until measured on a GPU.
+    codec_kernels: str = "torch"
     # Resources that stage host data behind a non-blocking copy (the step inputs, FlashInfer's
     # plans) keep two host buffers used in turn; off: one (the staging hazard, for an A/B).
     double_buffer: bool = True

@@ -19,7 +19,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.config import load_scenario
+from engine.config import ConfigError, load_scenario
 from engine.messages import Abort, AddRequest, TokenFrame
 from engine.models import build_model, build_streams
 from engine.models.orpheus import (
@@ -33,6 +33,7 @@ from engine.models.orpheus import (
     windows_for,
 )
 from engine.models.orpheus_node import WINDOW_LOOP, OrpheusNode, SnacNode
+from engine.models.snac import ResidualUnit
 from engine.models.token_node import DECODE_LOOP
 from engine.runtime.graph import StopRows
 from engine.runtime.runtime import GraphRuntime
@@ -360,6 +361,25 @@ def test_worker_streams_each_requests_windows_through_both_nodes(snac, overlap):
 def test_codec_graphs_are_ignored_on_a_cpu():
     worker, _, _ = orpheus_worker(codec_graphs=True)
     assert worker.stages[0].graphs is None and worker.stages[0].cuda_stream is None
+
+
+@pytest.mark.parametrize("kernels", ["snake", "fused"])
+def test_codec_kernels_decode_with_the_reference_on_a_cpu(snac, kernels):
+    """`engine.codec_kernels` reaches the codec's modules through the worker, and on CPU
+    tensors they run the torch reference (the Triton kernels are for CUDA tensors), so the
+    same samples, bit for bit, as the network built with "torch"."""
+    worker, _, _ = orpheus_worker(codec_kernels=kernels)
+    network = worker.stages[0].network
+    assert network.kernels == kernels
+    units = [m for m in network.modules() if isinstance(m, ResidualUnit)]
+    assert len(units) == 12 and all(u.fused == (kernels == "fused") for u in units)
+    windows = np.array([audio_stream(seed, 28) for seed in range(3)])
+    assert torch.equal(network.decode(window_codes(windows)), snac[0].decode(window_codes(windows)))
+
+
+def test_an_unknown_codec_kernels_setting_is_a_config_error():
+    with pytest.raises(ConfigError, match="engine.codec_kernels must be one of torch, snake"):
+        orpheus_worker(codec_kernels="triton")
 
 
 @pytest.mark.parametrize("overlap", [False, True])

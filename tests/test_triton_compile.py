@@ -1,5 +1,6 @@
 """Every Triton kernel of the engine compiles for the H200 (sm_90), with the arguments its
-wrapper passes at Qwen3.5-0.8B's shapes, in bf16 and fp32, without a GPU
+wrapper passes at Qwen3.5-0.8B's shapes (the SNAC codec's at 24 kHz), in bf16 and fp32,
+without a GPU
 (engine/kernels/offline.py: the launches recorded, then compiled down to a cubin).
 
 Why: the interpreter (tests/test_triton_interpret.py) checks what a kernel computes, not
@@ -31,6 +32,7 @@ def test_every_triton_kernel_compiles_for_sm90(dtype):
         "_store_kv_kernel", "_conv_kernel", "_conv_state_kernel", "_conv_decode_kernel",
         "_gdn_recurrent_kernel",
         "_gdn_chunked_kernel", "_gdn_prepare_kernel", "_gdn_states_kernel", "_gdn_outputs_kernel",
+        "_snake_kernel", "_residual_snake_conv_kernel",
     }  # fmt: skip
     assert compiled == wanted
     # the capturable Gated DeltaNet op's launches (engine.piecewise_gdn), bounds on the device

@@ -1,5 +1,6 @@
 """The engine's Triton kernels compiled without a GPU: each wrapper runs on CPU tensors at
-Qwen3.5-0.8B's shapes with its kernels' launches recorded instead of run, and each recorded
+Qwen3.5-0.8B's shapes (the codec's at SNAC 24 kHz's) with its kernels' launches recorded
+instead of run, and each recorded
 launch is compiled for a CUDA target (sm_90, the H200) by Triton's compiler and ptxas.
 Used by tests/test_triton_compile.py (does every kernel compile?),
 scripts/kernel_registers.py (registers and spills of each, from `ptxas -v`) and
@@ -22,7 +23,7 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 from engine.batch import GdnTables
-from engine.kernels import gdn_tables, triton_gdn, triton_norms
+from engine.kernels import gdn_tables, triton_gdn, triton_norms, triton_snac
 
 H200 = GPUTarget("cuda", 90, 32)
 _TYPES = {
@@ -67,7 +68,7 @@ class _Recorder:
 def recording(launches: list):
     """Every @triton.jit function of the kernel modules swapped for a recorder, and back."""
     swapped = []
-    for module in (triton_norms, triton_gdn):
+    for module in (triton_norms, triton_gdn, triton_snac):
         for name in dir(module):
             value = getattr(module, name)
             if isinstance(value, triton.runtime.JITFunction):
@@ -84,11 +85,28 @@ def record_launches(dtype: torch.dtype) -> list[Launch]:
     """Every launch the wrappers make for one prefill step of 3 rows (1, 5 and 64 tokens) at
     0.8b's shapes, activations in `dtype`, each Gated DeltaNet kernel from row 0 and, as a
     mixed step's dispatch launches it, from row 1; and the conv and Gated DeltaNet of that
-    step padded to a bucket of 128 tokens on fixed grids (`gated_delta_fixed_grid`)."""
+    step padded to a bucket of 128 tokens on fixed grids (`gated_delta_fixed_grid`); and the
+    SNAC codec's at 24 kHz: a Snake on the first block's input and on the last's output, a
+    residual unit of the first block at each dilation and one of the last."""
     launches: list = []
     with recording(launches):
         _run_wrappers(dtype)
+        _run_codec_wrappers(dtype)
     return launches
+
+
+def _run_codec_wrappers(dtype: torch.dtype) -> None:
+    windows = 2
+    for channels, steps in ((1024, 16), (64, 8192)):
+        x = torch.zeros(windows, channels, steps, dtype=dtype)
+        triton_snac.snake(x, torch.ones(1, channels, 1, dtype=dtype))
+    for channels, steps, dilations in ((512, 128, (1, 3, 9)), (64, 8192, (9,))):
+        x = torch.zeros(windows, channels, steps, dtype=dtype)
+        alpha = torch.ones(1, channels, 1, dtype=dtype)
+        weight = torch.zeros(channels, 1, 7, dtype=dtype)
+        bias = torch.zeros(channels, dtype=dtype)
+        for dilation in dilations:
+            triton_snac.residual_snake_conv(x, alpha, weight, bias, alpha, dilation)
 
 
 def _run_wrappers(dtype: torch.dtype) -> None:

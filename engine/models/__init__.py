@@ -96,11 +96,22 @@ def build_model(
 
 
 def build_streams(
-    arch: str, preset: str, seed: int, dtype: str | torch.dtype, device: str | torch.device
+    arch: str,
+    preset: str,
+    seed: int,
+    dtype: str | torch.dtype,
+    device: str | torch.device,
+    kernels: str = "torch",
 ) -> list[tuple[nn.Module, NodeSubmodule]]:
-    """The networks and nodes downstream of the first, in stream order (none for most)."""
+    """The networks and nodes downstream of the first, in stream order (none for most);
+    `kernels`: what their networks run on CUDA (engine.codec_kernels)."""
     return [
-        (s.network.random(_preset(arch, s.presets, preset), seed, _dtype(dtype), device), s.node())
+        (
+            s.network.random(
+                _preset(arch, s.presets, preset), seed, _dtype(dtype), device, kernels
+            ),
+            s.node(),
+        )
         for s in architecture(arch).streams
     ]
 

@@ -10,6 +10,11 @@ codes, batched or alone. The decode path only: no encoder, no quantizer projecti
 
 Three code levels at strides 4, 2, 1 (in latent steps) sum into the latent; the decoder
 upsamples it by prod(rates) = the hop (512 at 24 kHz).
+
+Kernels (`engine.codec_kernels`, CODEC_KERNELS): on CUDA tensors the Snakes can run as one
+Triton kernel each (`snake`), and each residual unit's Snake -> depthwise conv -> Snake as one
+(`fused`; engine/kernels/triton_snac.py, docs/KERNELS.md). The torch expressions here are the
+reference and what a CPU runs whatever the setting.
 """
 
 from __future__ import annotations
@@ -20,7 +25,12 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from engine.config import ConfigError
 from engine.models.random_weights import random_model, seeded
+
+# engine.codec_kernels: the torch reference; each Snake one Triton kernel; and each residual
+# unit's Snake -> depthwise conv -> Snake one kernel too. CUDA tensors only.
+CODEC_KERNELS = ("torch", "snake", "fused")
 
 
 @dataclass(frozen=True)
@@ -49,29 +59,57 @@ PRESETS: dict[str, SnacConfig] = {
 }
 
 
-class Snake1d(nn.Module):
-    """x + sin^2(alpha x) / alpha, per channel."""
+def snake(x: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
+    """x + sin^2(alpha x) / alpha, per channel (alpha [1, C, 1]): the reference, op by op."""
+    return x + (alpha + 1e-9).reciprocal() * torch.sin(alpha * x).pow(2)
 
-    def __init__(self, channels: int):
+
+def _triton_snac():
+    """engine/kernels/triton_snac.py, imported when first used: it imports triton, which only
+    CUDA machines have."""
+    from engine.kernels import triton_snac
+
+    return triton_snac
+
+
+class Snake1d(nn.Module):
+    """x + sin^2(alpha x) / alpha, per channel; on CUDA one Triton kernel unless `kernels` is
+    "torch"."""
+
+    def __init__(self, channels: int, kernels: str = "torch"):
         super().__init__()
         self.alpha = nn.Parameter(torch.ones(1, channels, 1))
+        self.triton = kernels != "torch"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + (self.alpha + 1e-9).reciprocal() * torch.sin(self.alpha * x).pow(2)
+        if self.triton and x.is_cuda:
+            return _triton_snac().snake(x, self.alpha)
+        return snake(x, self.alpha)
 
 
 class ResidualUnit(nn.Module):
-    def __init__(self, dim: int, dilation: int, groups: int, kernel: int = 7):
+    """x + conv1x1(snake(dwconv(snake(x)))); with `kernels` "fused" (and a depthwise conv), on
+    CUDA the part before the 1x1 conv is one Triton kernel."""
+
+    def __init__(self, dim: int, dilation: int, groups: int, kernels: str = "torch"):
         super().__init__()
-        pad = (kernel - 1) * dilation // 2
+        size = 7
+        pad = (size - 1) * dilation // 2
         self.block = nn.Sequential(
-            Snake1d(dim),
-            nn.Conv1d(dim, dim, kernel, dilation=dilation, padding=pad, groups=groups),
-            Snake1d(dim),
+            Snake1d(dim, kernels),
+            nn.Conv1d(dim, dim, size, dilation=dilation, padding=pad, groups=groups),
+            Snake1d(dim, kernels),
             nn.Conv1d(dim, dim, 1),
         )
+        self.fused = kernels == "fused" and groups == dim
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.fused and x.is_cuda:
+            snake1, conv, snake2, pointwise = self.block
+            y = _triton_snac().residual_snake_conv(
+                x, snake1.alpha, conv.weight, conv.bias, snake2.alpha, conv.dilation[0]
+            )
+            return x + pointwise(y)
         return x + self.block(x)
 
 
@@ -88,10 +126,13 @@ class NoiseBlock(nn.Module):
 
 
 class DecoderBlock(nn.Module):
-    def __init__(self, in_dim: int, out_dim: int, stride: int, noise_steps: int | None, groups):
+    def __init__(
+        self, in_dim: int, out_dim: int, stride: int, noise_steps: int | None, groups: int,
+        kernels: str,
+    ):  # fmt: skip
         super().__init__()
         layers: list[nn.Module] = [
-            Snake1d(in_dim),
+            Snake1d(in_dim, kernels),
             nn.ConvTranspose1d(
                 in_dim, out_dim, 2 * stride, stride=stride,
                 padding=math.ceil(stride / 2), output_padding=stride % 2,
@@ -99,7 +140,7 @@ class DecoderBlock(nn.Module):
         ]  # fmt: skip
         if noise_steps is not None:
             layers.append(NoiseBlock(out_dim, noise_steps))
-        layers += [ResidualUnit(out_dim, d, groups) for d in (1, 3, 9)]
+        layers += [ResidualUnit(out_dim, d, groups, kernels) for d in (1, 3, 9)]
         self.block = nn.Sequential(*layers)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -107,7 +148,7 @@ class DecoderBlock(nn.Module):
 
 
 class Decoder(nn.Module):
-    def __init__(self, c: SnacConfig):
+    def __init__(self, c: SnacConfig, kernels: str):
         super().__init__()
         if c.depthwise:
             layers: list[nn.Module] = [
@@ -123,10 +164,10 @@ class Decoder(nn.Module):
             layers.append(
                 DecoderBlock(
                     c.decoder_dim // 2**i, out_dim, stride, steps if c.noise else None,
-                    groups=out_dim if c.depthwise else 1,
+                    groups=out_dim if c.depthwise else 1, kernels=kernels,
                 )
             )  # fmt: skip
-        layers += [Snake1d(out_dim), nn.Conv1d(out_dim, 1, 7, padding=3), nn.Tanh()]
+        layers += [Snake1d(out_dim, kernels), nn.Conv1d(out_dim, 1, 7, padding=3), nn.Tanh()]
         self.model = nn.Sequential(*layers)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -157,11 +198,17 @@ class ResidualQuantizer(nn.Module):
 
 
 class SnacDecoder(nn.Module):
-    def __init__(self, config: SnacConfig):
+    def __init__(self, config: SnacConfig, kernels: str = "torch"):
+        """`kernels`: one of CODEC_KERNELS (engine.codec_kernels), for CUDA tensors."""
         super().__init__()
+        if kernels not in CODEC_KERNELS:
+            raise ConfigError(
+                f"engine.codec_kernels must be one of {', '.join(CODEC_KERNELS)}, got {kernels!r}"
+            )
         self.config = config
+        self.kernels = kernels
         self.quantizer = ResidualQuantizer(config)
-        self.decoder = Decoder(config)
+        self.decoder = Decoder(config, kernels)
 
     @torch.no_grad()
     def decode(self, codes: list[torch.Tensor]) -> torch.Tensor:
@@ -185,7 +232,10 @@ class SnacDecoder(nn.Module):
                 module.noise.copy_(noise)
 
     @classmethod
-    def random(cls, config: SnacConfig, seed: int, dtype: torch.dtype, device) -> SnacDecoder:
+    def random(
+        cls, config: SnacConfig, seed: int, dtype: torch.dtype, device, kernels: str = "torch"
+    ) -> SnacDecoder:
+        """Seeded random weights (`_random_weight`): the same for every `kernels`."""
         with torch.device("meta"):
             probe = cls(config)
         transposed = {
@@ -194,7 +244,7 @@ class SnacDecoder(nn.Module):
             if isinstance(module, nn.ConvTranspose1d)
         }
         model = random_model(
-            lambda: cls(config),
+            lambda: cls(config, kernels),
             lambda name, shape: _random_weight(name, shape, seed, name in transposed),
             dtype,
             device,

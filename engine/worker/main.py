@@ -68,7 +68,9 @@ def build_worker(
     benchmarks build theirs here too, so they measure the production assembly."""
     spec = model_spec
     engine, node = build_engine(spec, config)
-    streams = build_streams(spec.arch, spec.preset, spec.seed, config.dtype, config.device)
+    streams = build_streams(
+        spec.arch, spec.preset, spec.seed, config.dtype, config.device, config.codec_kernels
+    )
     stages = [
         StreamStage(
             network,
