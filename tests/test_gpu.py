@@ -12,7 +12,7 @@ import torch
 from engine.config import load_scenario
 from engine.messages import AddRequest, StepFrames, TokenFrame
 from engine.models import build_model, build_streams
-from engine.models.orpheus import CODEBOOK, WINDOW_TOKENS, audio_token_low
+from engine.models.orpheus import CODEBOOK, WINDOW_TOKENS, audio_token_low, split_levels
 from engine.worker.codec_graphs import CodecGraphs
 from engine.worker.engine import Engine
 from engine.worker.main import build_worker
@@ -324,18 +324,22 @@ def _orpheus_on(device: str, overlap: bool, lengths: list[int], **engine):
     return sent, pcm, worker
 
 
+@pytest.mark.parametrize("codec_kernels", ["torch", "fused"])
 @pytest.mark.parametrize("overlap", [False, True])
-def test_tiny_orpheus_on_cuda_equals_the_cpu_reference(overlap):
+def test_tiny_orpheus_on_cuda_equals_the_cpu_reference(overlap, codec_kernels):
     """The Llama node through CudaOps (packed projections, Triton norms, the rope and
     attention references in fp32), the logit mask's offsets copied without blocking, and the
     codec on the GPU: the same audio tokens as the CPU worker and the same PCM but for float
-    rounding, in the strict and the overlapped loop. cuDNN's convolutions run in TF32 unless
+    rounding, in the strict and the overlapped loop, the codec on the torch reference or on
+    our kernels (`engine.codec_kernels`). cuDNN's convolutions run in TF32 unless
     told not to (torch's default): with it, the H200 gave PCM up to 57 of 32,768 off (TF32's
     10-bit mantissa), so the comparison turns it off to hold the codec to fp32."""
     lengths = [28, 35, 41, 56]
     cpu_tokens, cpu_pcm, _ = _orpheus_on("cpu", False, lengths)
     with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
-        cuda_tokens, cuda_pcm, _ = _orpheus_on("cuda", overlap, lengths)
+        cuda_tokens, cuda_pcm, _ = _orpheus_on(
+            "cuda", overlap, lengths, codec_kernels=codec_kernels
+        )
     assert cuda_tokens == cpu_tokens
     for rid in cpu_pcm:
         want = np.frombuffer(cpu_pcm[rid], dtype="<i2").astype(np.int32)
@@ -466,6 +470,79 @@ def test_a_codec_overlap_step_does_not_wait_for_its_device_work():
     assert [f.finish_reason for f in got] == [None, None, "length"]
     pcm = np.stack([np.frombuffer(f.audio, dtype="<i2") for f in got])
     assert _max_pcm_difference(pcm, want) <= 1
+
+
+def _codec(preset: str, dtype: str, kernels: str):
+    """The codec network (and its node) on CUDA with `kernels`, each Snake's alpha and each
+    bias redrawn (the seeded weights have them all 1 and 0, which would hide a swapped alpha or
+    a dropped bias), the same values for every `kernels` and dtype."""
+    ((network, node),) = build_streams("orpheus", preset, 0, dtype, "cuda", kernels)
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for name, p in network.named_parameters():
+            if name.endswith("alpha"):
+                p.copy_(torch.empty(p.shape).uniform_(0.3, 2.0, generator=gen))
+            elif name.endswith("bias"):
+                p.copy_(torch.empty(p.shape).normal_(0.0, 0.1, generator=gen))
+    return network, node
+
+
+def _windows(count: int, seed: int = 0) -> np.ndarray:
+    codes = np.random.default_rng(seed).integers(0, CODEBOOK, (count, WINDOW_TOKENS))
+    return audio_token_low(np.arange(WINDOW_TOKENS)) + codes
+
+
+@pytest.mark.parametrize("kernels", ["snake", "fused"])
+def test_tiny_codec_kernels_decode_as_the_torch_reference(kernels):
+    """`engine.codec_kernels` on CUDA, tiny in fp32, TF32 off: the decoder's audio (before the
+    PCM's rounding) equals the torch path's on the same device to 1e-5, and its PCM, eager and
+    replayed from the codec graphs (which capture the Triton launches), equals the torch path's
+    direct decode to one least significant bit (as the codec graphs test)."""
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
+        reference, node = _codec("tiny", "float32", "torch")
+        network, _ = _codec("tiny", "float32", kernels)
+        windows = _windows(24)
+        levels = split_levels(torch.from_numpy(node.codes(windows)).cuda())
+        audio_error = (network.decode(levels) - reference.decode(levels)).abs().max().item()
+        assert audio_error < 1e-5, audio_error
+        device, stream = torch.device("cuda"), torch.cuda.Stream()
+        graphs = CodecGraphs(partial(node.pcm, network), node.code_width, 24, device, stream)
+        worst = 0
+        with torch.cuda.stream(stream):
+            for count in (1, 5, 24):
+                want = node.decode(reference, windows[:count])
+                replay = graphs.decode(node.codes(windows[:count]))
+                eager = node.decode(network, windows[:count])
+                for got in (replay, eager):
+                    worst = max(worst, _max_pcm_difference(got, want))
+        assert worst <= 1, worst
+    print(f"codec_kernels={kernels}: audio within {audio_error:.2e}, PCM within {worst}")
+
+
+@pytest.mark.parametrize("kernels", ["snake", "fused"])
+def test_24khz_bf16_codec_kernels_are_as_close_to_fp32_as_the_bf16_reference(kernels):
+    """The 3b size's codec (SNAC 24 kHz) in bf16 on the kernels, 16 windows: its audio is no
+    further from the fp32 network's (the truth, TF32 off) than the bf16 torch reference's is:
+    the largest error within 1.5x plus 2e-3 (65 of 32,768 in PCM), the mean within 1.25x. Why:
+    the kernels compute in fp32 and round once where the reference rounds after each op, so
+    they add no bf16 error of their own; the convolutions' bf16 rounding dominates either way.
+    On the CPU (2 windows, these weights) the bf16 reference is 0.060 (max) and 0.0093 (mean)
+    from fp32, and the kernels' rounding emulated in torch 0.059 and 0.0089 (Snake), 0.050 and
+    0.0088 (fused). A wrong kernel (a tap, a dilation, an alpha) moves whole residual units,
+    by far more. The errors are printed."""
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
+        truth_net, node = _codec("3b", "float32", "torch")
+        windows = _windows(16, seed=1)
+        codes = torch.from_numpy(node.codes(windows)).cuda()
+        truth = truth_net.decode(split_levels(codes)).float()
+        errors = {}
+        for name, kind in (("reference", "torch"), ("kernels", kernels)):
+            network, _ = _codec("3b", "bfloat16", kind)
+            error = (network.decode(split_levels(codes)).float() - truth).abs()
+            errors[name] = (error.max().item(), error.mean().item())
+    print(f"codec_kernels={kernels} bf16 |audio - fp32| (max, mean):", errors)
+    (worst, mean), (ref_worst, ref_mean) = errors["kernels"], errors["reference"]
+    assert worst <= 1.5 * ref_worst + 2e-3 and mean <= 1.25 * ref_mean, errors
 
 
 @pytest.mark.parametrize("kernel", ["triton", "triton_split"])

@@ -103,6 +103,55 @@ def test_norm_kernels_equal_the_reference(dtype):
     torch.testing.assert_close(triton_norms.silu_mul(gate_up), want, atol=TOL[dtype], rtol=0)
 
 
+def _relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
+    return ((got.cpu().float() - want).abs() / (1 + want.abs())).max().item()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_snac_kernels_equal_the_reference(dtype):
+    """engine/kernels/triton_snac.py on CUDA against the torch modules they replace, computed
+    in fp32 on the CPU from the same (rounded) values: a Snake and a residual unit's Snake ->
+    depthwise conv -> Snake (dilations 1, 3, 9) at SNAC 24 kHz's shapes (1024 channels x 16
+    steps to 64 x 8192, batches of 2 and 3 windows) and at odd ones (5 x 37), alpha 0 and
+    below 0 in some channels. Error |got - want| / (1 + |want|): fp32 within float rounding
+    (1e-5); bf16, computed in fp32 and rounded once to nearest, within half a bf16 ulp
+    (2^-8 relative) plus float rounding."""
+    from engine.kernels import triton_snac
+    from engine.models import snac
+
+    bound = 1e-5 if dtype == torch.float32 else 2**-8 + 1e-4
+    gen = torch.Generator().manual_seed(0)
+    worst = {"snake": 0.0, "unit": 0.0}
+    for b, c, t in ((2, 1024, 16), (3, 512, 128), (2, 64, 8192), (2, 5, 37)):
+        alpha = torch.empty(1, c, 1).uniform_(0.2, 2.5, generator=gen)
+        alpha[0, 1 % c], alpha[0, 2 % c] = 0.0, -0.7
+        alpha = alpha.to(dtype)
+        x = (torch.randn(b, c, t, generator=gen) * 2).to(dtype)
+        want = snac.snake(x.float(), alpha.float())
+        got = triton_snac.snake(x.to(CUDA), alpha.to(CUDA))
+        assert got.dtype == dtype and got.shape == x.shape
+        worst["snake"] = max(worst["snake"], _relative_error(got, want))
+        for d in (1, 3, 9):
+            unit = snac.ResidualUnit(c, d, groups=c)
+            with torch.no_grad():
+                unit.block[0].alpha.copy_(alpha.float())
+                unit.block[2].alpha.copy_(alpha.float().flip(1))
+                unit.block[1].weight.normal_(0, 0.4, generator=gen)
+                unit.block[1].bias.normal_(0, 0.2, generator=gen)
+            unit = unit.to(dtype).float()  # the parameters as the model's dtype rounds them
+            snake1, conv, snake2, _ = unit.block
+            with torch.no_grad():
+                want = unit.block[:3](x.float())
+            params = (snake1.alpha, conv.weight, conv.bias, snake2.alpha)
+            got = triton_snac.residual_snake_conv(
+                x.to(CUDA), *(p.detach().to(CUDA, dtype) for p in params), d
+            )
+            assert got.dtype == dtype and got.shape == x.shape
+            worst["unit"] = max(worst["unit"], _relative_error(got, want))
+    print(dtype, "max |error| / (1 + |reference|):", worst)
+    assert max(worst.values()) <= bound, worst
+
+
 def _gdn_layer(dtype, heads=16, dim=128):
     torch.manual_seed(0)
     layer = GatedDeltaNet(1024, heads, heads, dim, dim, 4, 1e-6)
