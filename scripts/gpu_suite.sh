@@ -2,7 +2,7 @@
 # Every GPU test and benchmark of the project, for one `device` run (see docs/BENCHMARKS.md):
 #   bash scripts/gpu_suite.sh STAGE...  STAGE: tests | quick | step | prefill | options | mixed |
 #   splitstep | stacks | accuracy | gdn | gdncap | run | evidence | orpheus | orpheus_step |
-#   codec | codec_overlap | all
+#   codec | codec_overlap | codec_kernels | all
 # with carry [".whl", ".jitcache"]. Logs go under $OUT (default ./gpu-out). JIT caches
 # (FlashInfer, Triton) are restored from .jitcache/ when present and saved to $OUT/jit-*.
 set -uo pipefail
@@ -179,6 +179,15 @@ for stage in "${stages[@]}"; do
           | tee "$OUT/orpheus_codec_overlap.log" \
         ; tar -C /tmp -c -z -f "$OUT/orpheus-codec-overlap.tgz" --exclude='*.parquet' \
           orpheus-codec-overlap 2>/dev/null ;;
+    codec_kernels)  # the codec's Triton kernels (engine.codec_kernels): their GPU tests, then
+      # the codec step at 3b (SNAC 24 kHz, bf16) for 1 to 64 windows, eager and on the codec
+      # graphs, torch vs snake vs fused, profiled at 64 windows. The benchmark runs even if a
+      # test fails: the torch arm's figures stand either way, and the log says which failed.
+      timeout 240 python3 -m pytest -m gpu -q -rA -s tests/test_gpu_kernels.py tests/test_gpu.py \
+        -k "snac_kernels or codec_kernels or orpheus_on_cuda_equals" 2>&1 \
+        | tee "$OUT/codec_kernels_tests.log"
+      timeout 330 python3 -m benchmarks.bench_codec --profile "$OUT/codec_kernels_profile.txt" \
+        2>&1 | grep -v "^USDT" | tee "$OUT/bench_codec.log" ;;
   esac
 done
 # Save the JIT caches (compiled .so files and Triton cubins only) for the next machine.
