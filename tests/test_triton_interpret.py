@@ -3,6 +3,8 @@ reference (engine/layers/gated_delta.py): the recurrence and the chunked kernels
 of one token to a few chunks, fresh and continuing (their slot's state), chunk sizes 16 to 64,
 and the slots no row names left alone; and a prefill or mixed step's dispatch
 (`gated_delta_prefill`: leading one-token rows recurrent, the rest chunked, into one output).
+And the codec's kernels (engine/kernels/triton_snac.py) against the SNAC modules
+(engine/models/snac.py), fp32 and bf16, alone and through the decoder's dispatch.
 
 Needs the `triton` package (not a CPU dependency of the project: where it is missing, as in
 CI, the test skips); the interpreter runs in a subprocess, since TRITON_INTERPRET must be set
