@@ -53,7 +53,8 @@ class StepTimes:
 
 
 class Codec:
-    """One kernel setting's network, its stage-side decoder and its graphs."""
+    """One kernel setting's network, its stage-side decoder and its graphs. (No method named
+    time_*: asv, which imports benchmarks/ for the nightly, would take the class for its own.)"""
 
     def __init__(self, preset: str, dtype: str, device: str, kernels: str, max_windows: int):
         ((self.network, self.node),) = build_streams("orpheus", preset, 0, dtype, device, kernels)
@@ -76,7 +77,7 @@ class Codec:
         end.synchronize()
         return end
 
-    def time_steps(self, windows: np.ndarray, mode: str, repeats: int, warmup: int) -> StepTimes:
+    def measure(self, windows: np.ndarray, mode: str, repeats: int, warmup: int) -> StepTimes:
         """`repeats` steps of `windows` [B, 28] (audio tokens) after `warmup` untimed ones."""
         codes = self.node.codes(windows)
         device_ms, wall_ms = [], []
@@ -193,7 +194,7 @@ def main(argv: list[str] | None = None) -> None:
         codec = Codec(args.preset, dtype, args.device, kernels, max(args.windows))
         for mode in MODES:
             for count in args.windows:
-                times = codec.time_steps(windows_of(count), mode, args.repeats, args.warmup)
+                times = codec.measure(windows_of(count), mode, args.repeats, args.warmup)
                 summaries.append(summarise(times))
                 print(render(summaries[-1]), flush=True)
             if args.profile:
