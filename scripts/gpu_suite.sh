@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Every GPU test and benchmark of the project, for one `device` run (see docs/BENCHMARKS.md):
 #   bash scripts/gpu_suite.sh STAGE...  STAGE: tests | quick | step | prefill | options | mixed |
-#   splitstep | stacks | accuracy | gdn | gdncap | run | evidence | orpheus | orpheus_step |
-#   codec | codec_overlap | codec_kernels | all
+#   splitstep | stacks | accuracy | gdn | gdncap | gdnbench | run | evidence | orpheus |
+#   orpheus_step | codec | codec_overlap | codec_kernels | all
 # with carry [".whl", ".jitcache"]. Logs go under $OUT (default ./gpu-out). JIT caches
 # (FlashInfer, Triton) are restored from .jitcache/ when present and saved to $OUT/jit-*.
 set -uo pipefail
@@ -109,6 +109,20 @@ for stage in "${stages[@]}"; do
         --graphs --piecewise --mixing --prefill 1x384 --profile /tmp/profile_stacks --stacks \
         2>&1 | grep -E "step,|Error|error" | tee -a "$OUT/bench_step.log"
       cat /tmp/profile_stacks /tmp/profile_stacks.prefill_1x384 > "$OUT/stacks.txt" ;;
+    gdnbench)  # Gated DeltaNet's kernels alone, one layer call (benchmarks/bench_gdn_kernels.py,
+      # docs/KERNELS.md "Tuning the split kernel"): every path at the default shapes with the
+      # per-kernel split; the captured form at bench_gpu_step's max_rows (68) beside the
+      # engine's (256: are the fixed grids' idle programs the cost?); then the split kernel's
+      # launch configurations (SplitConfig's sweep) on the captured form. Rows print as they
+      # are measured and go to JSON lines, so a run cut short by its guard keeps them
+      # (guards sum to 235 s: compiles dominate, the Triton cache in .jitcache cuts them)
+      timeout 100 python3 -m benchmarks.bench_gdn_kernels --profile \
+        --json "$OUT/gdn_paths.jsonl" 2>&1 | tee "$OUT/gdn_bench.log"
+      timeout 25 python3 -m benchmarks.bench_gdn_kernels --paths captured --state-dtypes float32 \
+        --shapes 1x384 64d+1x384 --max-rows 68 --json "$OUT/gdn_rows68.jsonl" 2>&1 \
+        | tee -a "$OUT/gdn_bench.log"
+      timeout 110 python3 -m benchmarks.bench_gdn_kernels --paths --state-dtypes float32 \
+        --sweep --json "$OUT/gdn_sweep.jsonl" 2>&1 | tee -a "$OUT/gdn_bench.log" ;;
     accuracy)  # engine.state_dtype bfloat16 against float32: greedy agreement at 0.8b
       timeout 400 python3 -m benchmarks.bench_state_accuracy --size 0.8b --requests 16 \
         --prompt 128 --tokens 512 2>&1 | tail -n 30 | tee "$OUT/state_accuracy.log" ;;

@@ -4,6 +4,8 @@ traffic on every use of the spilled values: the first thing to read when a kerne
 than its arithmetic says.
 
     PYTHONPATH=.:<a directory with triton> python scripts/kernel_registers.py [--warps 4 8] [--only gdn]
+    ... scripts/kernel_registers.py --split chunk=64,prepare_warps=8
+        (the split kernel's launches under a SplitConfig, engine/kernels/gdn_config.py)
 """
 
 from __future__ import annotations
@@ -13,27 +15,46 @@ import argparse
 import torch
 
 from engine.kernels import offline
+from engine.kernels.gdn_config import parse_split_config
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="scripts/kernel_registers.py")
-    parser.add_argument("--warps", type=int, nargs="+", default=[4])
+    parser.add_argument(
+        "--warps", type=int, nargs="+", default=[None], help="default: each launch's own"
+    )
     parser.add_argument("--only", default="", help="kernels whose name contains this")
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
+    parser.add_argument("--split", default=None, help="the split kernel under this SplitConfig")
     args = parser.parse_args()
+    dtype = getattr(torch, args.dtype)
+    if args.split is None:
+        launches = offline.record_launches(dtype)
+    else:
+        launches = offline.record_split_launches(parse_split_config(args.split), dtype)
     seen = set()
-    for launch in offline.record_launches(getattr(torch, args.dtype)):
-        kernel, launch_args, constexprs = launch.kernel, launch.args, launch.constexprs
-        name = kernel.fn.__name__
-        key = (name, tuple(sorted(constexprs.items())), launch.fixed_grid)
-        if key in seen or args.only not in name:
+    for launch in launches:
+        name = launch.kernel.fn.__name__
+        shown = {k: v for k, v in launch.constexprs.items() if k in ("C", "BV", "PERSISTENT")}
+        shown |= {"SCORES": True} if "SCORES" in _given(launch) else {}
+        if launch.key in seen or args.only not in name:
             continue
-        seen.add(key)
+        seen.add(launch.key)
         for warps in args.warps:
-            compiled = offline.compile_launch(kernel, launch_args, constexprs, num_warps=warps)
-            shown = ", ".join(f"{k}={v}" for k, v in constexprs.items() if k in ("C", "BV"))
-            shown += " fixed grid" if launch.fixed_grid else ""
-            print(f"{name} {shown} warps={warps}: {offline.ptxas_report(compiled)}")
+            compiled = offline.compile_launch(launch, num_warps=warps)
+            text = ", ".join(f"{k}={v}" for k, v in shown.items())
+            text += " fixed grid" if launch.fixed_grid else ""
+            stages = launch.options.get("num_stages", 3)
+            print(
+                f"{name} {text} warps={compiled.metadata.num_warps} stages={stages}: "
+                f"{offline.ptxas_report(compiled)}, shared {compiled.metadata.shared} B"
+            )
+
+
+def _given(launch: offline.Launch) -> set[str]:
+    """The kernel's parameters given a tensor at this launch."""
+    names = [p.name for p in launch.kernel.params]
+    return {n for n, a in zip(names, launch.args, strict=False) if a is not None}
 
 
 if __name__ == "__main__":

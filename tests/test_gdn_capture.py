@@ -18,6 +18,7 @@ import torch
 
 from engine.config import ConfigError, load_scenario
 from engine.kernels import gdn_tables
+from engine.kernels.gdn_config import SPLIT_DEFAULT, SplitConfig
 from engine.worker.step_inputs import StepInputs
 
 STEPS = {  # (new tokens, cached tokens, state slot) per row
@@ -128,12 +129,12 @@ def _launches(op, steps: list[str], bucket: int | None) -> list[list[tuple]]:
     return seen
 
 
-def _fixed_grid_op(mixed, ab, weight, conv, state, gates, batch):
+def _fixed_grid_op(mixed, ab, weight, conv, state, gates, batch, split=SPLIT_DEFAULT):
     """CudaOps.linear_attention on a step that staged its tables."""
     from engine.kernels import triton_gdn
 
     qkv = triton_gdn.causal_conv(mixed, weight, conv, batch)
-    triton_gdn.gated_delta_fixed_grid(qkv, ab, ab, *gates, state, batch, HK, DK, DV)
+    triton_gdn.gated_delta_fixed_grid(qkv, ab, ab, *gates, state, batch, HK, DK, DV, split=split)
 
 
 def _dispatch_op(mixed, ab, weight, conv, state, gates, batch):
@@ -159,6 +160,14 @@ def test_one_graph_serves_every_step_of_a_bucket():
     ]  # fmt: skip
     for name, launches in zip(names[1:], fixed[1:], strict=True):
         assert launches == fixed[0], name
+    # so too with fewer programs than the bucket's bound, striding (SplitConfig's fixed_*
+    # counts), and the scores scratch
+    split = SplitConfig(fixed_recurrent_rows=2, fixed_states_rows=1, fixed_chunks=4,
+                        scores_in_prepare=True)  # fmt: skip
+    strided = _launches(lambda *args: _fixed_grid_op(*args, split=split), names, bucket=96)
+    assert [launch[1][0] for launch in strided[0][2:]] == [2, 4, 1, 4]  # the capped axes
+    for name, launches in zip(names[1:], strided[1:], strict=True):
+        assert launches == strided[0], name
     eager = _launches(_dispatch_op, ["mixed", "other-mixed"], bucket=None)
     assert eager[0] != eager[1]
     grids = [[launch[1] for launch in step] for step in eager]

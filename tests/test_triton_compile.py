@@ -16,13 +16,14 @@ import torch
 pytest.importorskip("triton")
 
 from engine.kernels import offline  # noqa: E402
+from engine.kernels.gdn_config import SPLIT_DEFAULT, split_sweep  # noqa: E402
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
 def test_every_triton_kernel_compiles_for_sm90(dtype):
     compiled, fixed = set(), set()
     for launch in offline.record_launches(dtype):
-        binary = offline.compile_launch(launch.kernel, launch.args, launch.constexprs)
+        binary = offline.compile_launch(launch)
         assert binary.asm["cubin"], launch.kernel.fn.__name__
         compiled.add(launch.kernel.fn.__name__)
         if launch.fixed_grid:
@@ -40,3 +41,24 @@ def test_every_triton_kernel_compiles_for_sm90(dtype):
         "_conv_state_kernel", "_gdn_recurrent_kernel",
         "_gdn_prepare_kernel", "_gdn_states_kernel", "_gdn_outputs_kernel",
     }  # fmt: skip
+
+
+def test_every_config_the_split_sweep_tries_compiles_for_sm90():
+    """benchmarks/bench_gdn_kernels.py --sweep times the captured form of the split kernel
+    under every config of `split_sweep`: each of its launches compiles for sm_90, and its
+    blocks fit in the shared memory an H200 block may have (pipeline stages multiply a loop's
+    tiles; a block over the limit fails at launch, not at compile). The configs' launches
+    differ from the default's where they change a constexpr, an option or an argument's type
+    (the scores scratch); those compile once each, in parallel."""
+    configs = split_sweep()
+    assert configs[0] == SPLIT_DEFAULT and len(set(configs)) == len(configs)
+    results = offline.compile_split_configs(configs)
+    kernels = {r.kernel for r in results}
+    assert kernels == {
+        "_gdn_recurrent_kernel", "_gdn_prepare_kernel", "_gdn_states_kernel",
+        "_gdn_outputs_kernel",
+    }  # fmt: skip
+    for result in results:
+        assert result.cubin, result
+        assert result.shared <= offline.H200_SHARED_BYTES, result
+    assert len(results) > 3 * len(configs) // 4  # most configs change some kernel's compile

@@ -30,6 +30,7 @@ import json
 from types import SimpleNamespace
 import torch
 from engine.kernels import triton_gdn
+from engine.kernels.gdn_config import SplitConfig
 from engine.layers.gated_delta import gdn_gates, torch_gated_delta_rule_recurrent
 
 HK, HV, DK, DV = 2, 4, 16, 32
@@ -61,6 +62,12 @@ def reference(qkv, a, b, A_log, dt_bias, state0, meta):
 """
 
 CHECK = r"""
+# launch configurations that change what the kernels do, not only how they are launched
+SPLIT_OPTIONS = {
+    "scores": SplitConfig(scores_in_prepare=True),
+    "blocks": SplitConfig(states_bv=8, outputs_bv=32),
+    "scores64": SplitConfig(chunk=64, scores_in_prepare=True, outputs_bv=8),
+}
 lengths, cached, slots = [1, 5, 33, 70], [0, 3, 0, 7], [3, 0, 5, 2]
 T = sum(lengths)
 meta = step(lengths, cached, slots)
@@ -77,7 +84,10 @@ for regime, (lo, hi), shared in (("fast", (0, 2.7), 0.0), ("slow", (-7, -5), 1.0
   want, want_state = reference(qkv, a, b, A_log, dt_bias, state0, meta)
   runs = [("recurrent", triton_gdn.gated_delta_recurrent, {})]
   runs += [(f"chunked{c}", triton_gdn.gated_delta_chunked, {"chunk": c}) for c in (16, 32, 64)]
-  runs += [(f"split{c}", triton_gdn.gated_delta_chunked_split, {"chunk": c}) for c in (16, 32, 64)]
+  runs += [(f"split{c}", triton_gdn.gated_delta_chunked_split, {"split": SplitConfig(chunk=c)})
+           for c in (16, 32, 64)]
+  runs += [(f"split-{name}", triton_gdn.gated_delta_chunked_split, {"split": split})
+           for name, split in SPLIT_OPTIONS.items()]
   for name, kernel, kw in runs:
       state = state0.clone()
       out = kernel(qkv, a, b, A_log, dt_bias, state, meta, HK, DK, DV, **kw)
@@ -139,19 +149,31 @@ from engine.layers.gated_delta import torch_causal_conv1d
 from engine.worker.step_inputs import StepInputs
 
 BUCKET, SLOTS, KW = 96, 10, 4
-inputs = StepInputs(BUCKET, 16, 8, torch.device("cpu"), slots=1)
+# the default launch, and programs fewer than the rows and chunks (each striding over them)
+# with the scores option, in 32- and 16-token chunks
+SPLITS = {
+    "default": SplitConfig(),
+    "persistent": SplitConfig(
+        fixed_recurrent_rows=2, fixed_states_rows=1, fixed_chunks=2, scores_in_prepare=True
+    ),
+    "persistent16": SplitConfig(chunk=16, fixed_states_rows=2, fixed_chunks=3),
+}
+inputs = {
+    chunk: StepInputs(BUCKET, 16, 8, torch.device("cpu"), slots=1, gdn_chunk=chunk)
+    for chunk in (16, 32)
+}
 cache = SimpleNamespace(page_size=16, sink_page=200, sink_slot=SLOTS - 1)
 ops = SimpleNamespace(reads_page_table=False)
 
 
-def staged(lengths, cached, slots):
+def staged(lengths, cached, slots, chunk):
     rows = [
         SimpleNamespace(num_new=n, walk="prefill", request=SimpleNamespace(
             num_cached=c, pages=list(range(8 * i, 8 * i + 8)), tokens=[1] * (c + n), slot=s,
             rid=i))
         for i, (n, c, s) in enumerate(zip(lengths, cached, slots))
     ]
-    return inputs.stage(rows, cache, ops, pad_tokens_to=BUCKET, gdn_tables=True)
+    return inputs[chunk].stage(rows, cache, ops, pad_tokens_to=BUCKET, gdn_tables=True)
 
 
 steps = {
@@ -178,21 +200,24 @@ for name, (lengths, cached, slots) in steps.items():
             mixed[start : start + n], weight, init
         )
     want, want_state = reference(want_qkv, a[:T], b[:T], A_log, dt_bias, state0, meta)
-    batch = staged(lengths, cached, slots)
-    conv, state = conv0.clone(), state0.clone()
-    qkv = triton_gdn.causal_conv(mixed, weight, conv, batch)
-    out = triton_gdn.gated_delta_fixed_grid(qkv, a, b, A_log, dt_bias, state, batch, HK, DK, DV)
-    others = [s for s in range(SLOTS) if s not in slots]
-    report[name] = {
-        "counts": batch.gdn_tables.counts.tolist(),
-        "conv": (qkv[:T] - want_qkv).abs().max().item(),
-        "conv_state": (conv - want_conv).abs().max().item(),
-        "out": (out[:T] - want).abs().max().item(),
-        "state": (state - want_state).abs().max().item(),
-        "padding_out_zero": bool(out[T:].eq(0).all()),
-        "others_untouched": torch.equal(state[others], state0[others])
-        and torch.equal(conv[others], conv0[others]),
-    }
+    for label, split in SPLITS.items():
+        batch = staged(lengths, cached, slots, split.chunk)
+        conv, state = conv0.clone(), state0.clone()
+        qkv = triton_gdn.causal_conv(mixed, weight, conv, batch)
+        out = triton_gdn.gated_delta_fixed_grid(
+            qkv, a, b, A_log, dt_bias, state, batch, HK, DK, DV, split=split
+        )
+        others = [s for s in range(SLOTS) if s not in slots]
+        report[f"{name}/{label}"] = {
+            "counts": batch.gdn_tables.counts.tolist(),
+            "conv": (qkv[:T] - want_qkv).abs().max().item(),
+            "conv_state": (conv - want_conv).abs().max().item(),
+            "out": (out[:T] - want).abs().max().item(),
+            "state": (state - want_state).abs().max().item(),
+            "padding_out_zero": bool(out[T:].eq(0).all()),
+            "others_untouched": torch.equal(state[others], state0[others])
+            and torch.equal(conv[others], conv0[others]),
+        }
 print(json.dumps(report))
 """
 
@@ -267,6 +292,7 @@ def _interpret(script: str) -> dict:
 def test_gated_deltanet_kernels_in_the_interpreter_equal_the_reference():
     report = _interpret(REFERENCE + CHECK)
     kernels = {"recurrent"} | {f"{k}{c}" for k in ("chunked", "split") for c in (16, 32, 64)}
+    kernels |= {f"split-{name}" for name in ("scores", "blocks", "scores64")}
     assert set(report) == {f"{r}-{k}" for r in ("fast", "slow") for k in kernels}
     for name, result in report.items():
         assert result["out"] < 1e-5 and result["state"] < 1e-5, (name, result)
@@ -297,16 +323,21 @@ def test_fixed_grid_gated_deltanet_op_on_a_padded_step_equals_the_reference():
     states leading; rows past a chunk, fresh and continuing; a later one-token row), a step of
     one-token rows alone and one with none leading, each padded to a bucket with its tables
     staged by StepInputs: conv outputs and windows, Gated DeltaNet outputs and states equal the
-    reference; the padding tokens' outputs are 0; no other slot of either pool is touched."""
+    reference; the padding tokens' outputs are 0; no other slot of either pool is touched. So
+    too with fewer programs than rows and chunks, each striding over them (SplitConfig's
+    fixed_* counts), the scores option on, and 16-token chunks staged by the step inputs."""
     report = _interpret(REFERENCE + FIXED_GRID_CHECK)
     counts = {
         "mixed": [0, 3, 7, 5],  # rows 3-6 (40, 5, 1, 20 tokens): 2 + 1 + 1 + 1 chunks
         "one-token-rows": [0, 3, 3, 0],
         "no-prefix": [0, 0, 3, 4],
     }
-    assert set(report) == set(counts)
+    counts16 = {"mixed": [0, 3, 7, 7], "one-token-rows": [0, 3, 3, 0], "no-prefix": [0, 0, 3, 5]}
+    splits = ("default", "persistent", "persistent16")
+    assert set(report) == {f"{step}/{split}" for step in counts for split in splits}
     for name, result in report.items():
-        assert result["counts"] == counts[name], name
+        step, split = name.split("/")
+        assert result["counts"] == (counts16 if split.endswith("16") else counts)[step], name
         assert result["conv"] < 1e-5 and result["conv_state"] < 1e-6, (name, result)
         assert result["out"] < 1e-5 and result["state"] < 1e-5, (name, result)
         assert result["padding_out_zero"] and result["others_untouched"], (name, result)

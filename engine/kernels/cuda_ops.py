@@ -15,7 +15,9 @@
   per layer. With `piecewise_gdn` the op declares itself capturable: a step whose inputs staged
   Gated DeltaNet's tables (the piecewise runner's, padded to a token bucket) runs the conv, the
   recurrence and the split kernel on grids fixed by the bucket
-  (`triton_gdn.gated_delta_fixed_grid`), whatever `gdn_prefill` says.
+  (`triton_gdn.gated_delta_fixed_grid`), whatever `gdn_prefill` says. The split kernel
+  launches as `gdn_split` says (engine/kernels/gdn_config.py; the default unless a benchmark
+  gives another).
 - Sampling: FlashInfer (gpu_sampler.py).
 """
 
@@ -26,6 +28,7 @@ from torch import nn
 
 from engine.kernels import triton_gdn, triton_norms
 from engine.kernels.flashinfer_attention import FlashInferAttention
+from engine.kernels.gdn_config import SPLIT_DEFAULT, SplitConfig
 from engine.kernels.gpu_sampler import sample_on_gpu
 from engine.layers.attention import Attention, GatedAttention, torch_paged_attention
 from engine.layers.gated_delta import GatedDeltaNet, gdn_gates
@@ -56,9 +59,11 @@ class CudaOps:
         gdn_prefill: str = "auto",
         decode_tensor_cores: bool = False,
         piecewise_gdn: bool = False,
+        gdn_split: SplitConfig = SPLIT_DEFAULT,
     ):
         self.device = device
         self.gdn_prefill = gdn_prefill
+        self.gdn_split = gdn_split  # the split Gated DeltaNet kernel's launch configuration
         # linear_attention can be captured in a CUDA graph on a step that staged its tables
         self.linear_attention_capturable = piecewise_gdn
         self.dtype = next(model.parameters()).dtype
@@ -133,14 +138,22 @@ class CudaOps:
     def linear_attention(self, layer: GatedDeltaNet, mixed, a, b, conv_state, ssm_state, batch):
         weight = layer.conv1d.weight[:, 0, :]
         qkv = triton_gdn.causal_conv(mixed, weight, conv_state, batch)
+        return self.delta_rule(layer, qkv, a, b, ssm_state, batch)
+
+    def delta_rule(self, layer: GatedDeltaNet, qkv, a, b, ssm_state, batch) -> torch.Tensor:
+        """The gated delta rule over the conv's output qkv [T, q | k | v] on the step's kernel
+        (the fixed grid, the recurrence, `gdn_prefill`'s): [T, Hv, V]; each row's slot of
+        ssm_state updated."""
         args = (qkv, a, b, layer.A_log, layer.dt_bias, ssm_state, batch)
         shape = (layer.k_heads, layer.k_dim, layer.v_dim)
         if batch.gdn_tables is not None:
-            return triton_gdn.gated_delta_fixed_grid(*args, *shape)
+            return triton_gdn.gated_delta_fixed_grid(*args, *shape, split=self.gdn_split)
         if not self._chunked:
             return triton_gdn.gated_delta_recurrent(*args, *shape)
         if self.gdn_prefill != "fla":
-            return triton_gdn.gated_delta_prefill(self.gdn_prefill, *args, *shape)
+            return triton_gdn.gated_delta_prefill(
+                self.gdn_prefill, *args, *shape, split=self.gdn_split
+            )
         from fla.ops.gated_delta_rule import chunk_gated_delta_rule
 
         slots, keep, cu, cu_cpu = self._step

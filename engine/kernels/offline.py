@@ -2,7 +2,8 @@
 Qwen3.5-0.8B's shapes (the codec's at SNAC 24 kHz's) with its kernels' launches recorded
 instead of run, and each recorded
 launch is compiled for a CUDA target (sm_90, the H200) by Triton's compiler and ptxas.
-Used by tests/test_triton_compile.py (does every kernel compile?),
+Used by tests/test_triton_compile.py (does every kernel compile, and every launch
+configuration of the split Gated DeltaNet kernel the benchmark's sweep tries?),
 scripts/kernel_registers.py (registers and spills of each, from `ptxas -v`) and
 tests/test_gdn_capture.py (would one CUDA graph serve two steps? `recording` gives the grids).
 
@@ -11,9 +12,11 @@ Needs the `triton` package; nothing here runs a kernel."""
 from __future__ import annotations
 
 import contextlib
+import multiprocessing
 import os
 import subprocess
 import tempfile
+from concurrent.futures import ProcessPoolExecutor
 from types import SimpleNamespace
 from typing import NamedTuple
 
@@ -24,8 +27,10 @@ from triton.compiler import ASTSource
 
 from engine.batch import GdnTables
 from engine.kernels import gdn_tables, triton_gdn, triton_norms, triton_snac
+from engine.kernels.gdn_config import SPLIT_DEFAULT, SplitConfig
 
 H200 = GPUTarget("cuda", 90, 32)
+H200_SHARED_BYTES = 232_448  # the most shared memory a block may have on sm_90 (227 KiB)
 _TYPES = {
     torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32",
     torch.int32: "i32", torch.int64: "i64",
@@ -35,6 +40,8 @@ _TYPES = {
 # The parameters through which a kernel on a fixed grid reads its bounds from the device
 # (None: a grid sized on the host).
 FIXED_GRID_BOUNDS = ("ROWS", "ROW_RANGE", "CHUNKS")
+# Keyword arguments of a launch that are compile options, not the kernel's parameters.
+LAUNCH_OPTIONS = ("num_warps", "num_stages")
 
 
 class Launch(NamedTuple):
@@ -42,6 +49,17 @@ class Launch(NamedTuple):
     args: tuple
     constexprs: dict
     grid: tuple
+    options: dict  # the launch's num_warps / num_stages where it gave them
+
+    @property
+    def key(self) -> tuple:
+        """What the launch's compile depends on: the kernel, its constexprs and options, and
+        each argument's type (a None argument is a constexpr)."""
+        types = tuple(
+            str(a.dtype) if isinstance(a, torch.Tensor) else type(a).__name__ for a in self.args
+        )
+        return (self.kernel.fn.__name__, tuple(sorted(self.constexprs.items())),
+                tuple(sorted(self.options.items())), types)  # fmt: skip
 
     @property
     def fixed_grid(self) -> bool:
@@ -58,8 +76,10 @@ class _Recorder:
         self.kernel, self.launches = kernel, launches
 
     def __getitem__(self, grid):
-        def launch(*args, **constexprs):
-            self.launches.append(Launch(self.kernel, args, constexprs, tuple(grid)))
+        def launch(*args, **keywords):
+            options = {k: v for k, v in keywords.items() if k in LAUNCH_OPTIONS}
+            constexprs = {k: v for k, v in keywords.items() if k not in LAUNCH_OPTIONS}
+            self.launches.append(Launch(self.kernel, args, constexprs, tuple(grid), options))
 
         return launch
 
@@ -109,8 +129,81 @@ def _run_codec_wrappers(dtype: torch.dtype) -> None:
             triton_snac.residual_snake_conv(x, alpha, weight, bias, alpha, dilation)
 
 
+def record_split_launches(
+    split: SplitConfig, dtype: torch.dtype = torch.bfloat16, eager: bool = True
+) -> list[Launch]:
+    """The split Gated DeltaNet kernel's launches as `split` configures them, for the step of
+    `record_launches` at 0.8b's shapes: padded to a bucket of 128 tokens on fixed grids (its
+    tables staged in `split`'s chunks), and with `eager` also on grids sized from the rows."""
+    launches: list = []
+    step = _gdn_step(dtype)
+    with recording(launches):
+        if eager:
+            triton_gdn.gated_delta_chunked_split(*step.args, split=split)
+        padded = SimpleNamespace(**vars(step.meta), gdn_tables=_staged_tables(split.chunk))
+        args = _bucket_args(step, padded, dtype)
+        triton_gdn.gated_delta_fixed_grid(*args, split=split)
+    return launches
+
+
+class _GdnStep(NamedTuple):
+    """One prefill step's Gated DeltaNet inputs at 0.8b's shapes (rows of 1, 5 and 64 tokens)."""
+
+    meta: SimpleNamespace
+    mixed: torch.Tensor  # the conv's input (and the kernels' qkv)
+    conv: tuple[torch.Tensor, torch.Tensor]  # weight, state pool
+    ab: torch.Tensor
+    gates: tuple[torch.Tensor, torch.Tensor]  # A_log, dt_bias
+    state: torch.Tensor
+
+    @property
+    def args(self) -> tuple:
+        """The Gated DeltaNet wrappers' arguments up to the value dim."""
+        return (self.mixed, self.ab, self.ab, *self.gates, self.state, self.meta, K_HEADS, DIM,
+                DIM)  # fmt: skip
+
+
+K_HEADS, V_HEADS, DIM, TOKENS = 16, 16, 128, 70  # 0.8b's Gated DeltaNet; the step's tokens
+BUCKET, MAX_ROWS = 128, 256  # the padded step's bucket and the step inputs' row bound
+
+
+def _gdn_step(dtype: torch.dtype) -> _GdnStep:
+    rows = [1, 5, 64]
+    meta = SimpleNamespace(
+        num_rows=len(rows), num_new=rows, cu_seqlens=torch.tensor([0, 1, 6, 70], dtype=torch.int32),
+        token_row=torch.zeros(TOKENS, dtype=torch.int32),
+        cached=torch.zeros(3, dtype=torch.int32), state_slots=torch.zeros(3, dtype=torch.int32),
+    )  # fmt: skip
+    channels = 2 * K_HEADS * DIM + V_HEADS * DIM
+    return _GdnStep(
+        meta,
+        torch.zeros(TOKENS, channels, dtype=dtype),
+        (torch.zeros(channels, 4, dtype=dtype), torch.zeros(8, channels, 3, dtype=dtype)),
+        torch.zeros(TOKENS, V_HEADS, dtype=dtype),
+        (torch.zeros(V_HEADS), torch.zeros(V_HEADS)),
+        torch.zeros(8, V_HEADS, DIM, DIM, dtype=torch.float32),
+    )
+
+
+def _staged_tables(chunk: int) -> GdnTables:
+    """Tables as the step inputs stage them (their values do not matter to a compile)."""
+    i32 = dict(dtype=torch.int32)
+    chunks = gdn_tables.max_chunks(2048, MAX_ROWS, chunk)
+    return GdnTables(
+        torch.zeros(4, **i32), torch.zeros(chunks, **i32), torch.zeros(chunks, **i32),
+        torch.zeros(MAX_ROWS + 1, **i32), MAX_ROWS, chunk,
+    )  # fmt: skip
+
+
+def _bucket_args(step: _GdnStep, padded: SimpleNamespace, dtype: torch.dtype) -> tuple:
+    """The Gated DeltaNet wrappers' arguments for `step` padded to BUCKET tokens."""
+    mixed = torch.zeros(BUCKET, step.mixed.shape[1], dtype=dtype)
+    ab = torch.zeros(BUCKET, V_HEADS, dtype=dtype)
+    return (mixed, ab, ab, *step.gates, step.state, padded, K_HEADS, DIM, DIM)
+
+
 def _run_wrappers(dtype: torch.dtype) -> None:
-    tokens, hidden, heads, head_dim = 70, 1024, 8, 256
+    tokens, hidden, heads, head_dim = TOKENS, 1024, 8, 256
     x = torch.zeros(tokens, hidden, dtype=dtype)
     w = torch.zeros(hidden, dtype=torch.float32)
     triton_norms.rms_norm(x, w, 1e-6)
@@ -118,46 +211,28 @@ def _run_wrappers(dtype: torch.dtype) -> None:
     q = torch.zeros(tokens, heads, head_dim, dtype=dtype)
     cos = torch.zeros(tokens, 32, dtype=torch.float32)
     triton_norms.head_norm_rope(q, torch.zeros(head_dim), cos, cos, 1e-6)
-    v_heads, k_heads, dim = 16, 16, 128
-    core = torch.zeros(tokens, v_heads, dim, dtype=dtype)
-    triton_norms.gated_norm(core, torch.zeros(tokens, v_heads * dim, dtype=dtype), w[:dim], 1e-6)
+    core = torch.zeros(tokens, V_HEADS, DIM, dtype=dtype)
+    triton_norms.gated_norm(core, torch.zeros(tokens, V_HEADS * DIM, dtype=dtype), w[:DIM], 1e-6)
     triton_norms.silu_mul(torch.zeros(tokens, 2 * 3584, dtype=dtype))
     cache = torch.zeros(64, 16, 2, 256, dtype=dtype)
     kv = torch.zeros(tokens, 2, 256, dtype=dtype)
     triton_norms.store_kv(kv, kv, cache, cache, torch.zeros(tokens, dtype=torch.int64))
-    rows = [1, 5, 64]
-    meta = SimpleNamespace(
-        num_rows=len(rows), num_new=rows, cu_seqlens=torch.tensor([0, 1, 6, 70], dtype=torch.int32),
-        token_row=torch.zeros(tokens, dtype=torch.int32),
-        cached=torch.zeros(3, dtype=torch.int32), state_slots=torch.zeros(3, dtype=torch.int32),
-    )  # fmt: skip
-    channels = 2 * k_heads * dim + v_heads * dim
-    mixed = torch.zeros(tokens, channels, dtype=dtype)
-    conv = (torch.zeros(channels, 4, dtype=dtype), torch.zeros(8, channels, 3, dtype=dtype))
-    triton_gdn.causal_conv(mixed, *conv, meta)
+    step = _gdn_step(dtype)
+    meta = step.meta
+    triton_gdn.causal_conv(step.mixed, *step.conv, meta)
     decode = SimpleNamespace(**vars(meta), is_decode=True)  # one token a row: the fused conv
-    triton_gdn.causal_conv(mixed[:3], *conv, decode)
-    ab = torch.zeros(tokens, v_heads, dtype=dtype)
-    state = torch.zeros(8, v_heads, dim, dim, dtype=torch.float32)
-    gates = (torch.zeros(v_heads), torch.zeros(v_heads))
-    triton_gdn.gated_delta_recurrent(mixed, ab, ab, *gates, state, meta, k_heads, dim, dim)
+    triton_gdn.causal_conv(step.mixed[:3], *step.conv, decode)
+    triton_gdn.gated_delta_recurrent(*step.args)
     for chunk in (16, 32, 64):
-        for kernel in (triton_gdn.gated_delta_chunked, triton_gdn.gated_delta_chunked_split):
-            kernel(mixed, ab, ab, *gates, state, meta, k_heads, dim, dim, chunk=chunk)
+        triton_gdn.gated_delta_chunked(*step.args, chunk=chunk)
+        triton_gdn.gated_delta_chunked_split(*step.args, split=SplitConfig(chunk=chunk))
     for kind in ("triton", "triton_split"):  # row 0 (1 token) recurrent, the rest from ROW0=1
-        triton_gdn.gated_delta_prefill(kind, mixed, ab, ab, *gates, state, meta, k_heads, dim, dim)
-    bucket, max_rows = 128, 256  # the step padded to a bucket, its tables staged
-    i32 = dict(dtype=torch.int32)
-    chunks = gdn_tables.max_chunks(2048, max_rows)
-    tables = GdnTables(
-        torch.zeros(4, **i32), torch.zeros(chunks, **i32), torch.zeros(chunks, **i32),
-        torch.zeros(max_rows + 1, **i32), max_rows, gdn_tables.CHUNK,
-    )  # fmt: skip
-    padded = SimpleNamespace(**vars(meta), gdn_tables=tables)
-    mixed = torch.zeros(bucket, channels, dtype=dtype)
-    triton_gdn.causal_conv(mixed, *conv, padded)
-    ab = torch.zeros(bucket, v_heads, dtype=dtype)
-    triton_gdn.gated_delta_fixed_grid(mixed, ab, ab, *gates, state, padded, k_heads, dim, dim)
+        triton_gdn.gated_delta_prefill(kind, *step.args)
+    # the step padded to a bucket, its tables staged
+    padded = SimpleNamespace(**vars(meta), gdn_tables=_staged_tables(SPLIT_DEFAULT.chunk))
+    args = _bucket_args(step, padded, dtype)
+    triton_gdn.causal_conv(args[0], *step.conv, padded)
+    triton_gdn.gated_delta_fixed_grid(*args)
 
 
 def source(kernel, args, constexprs) -> ASTSource:
@@ -184,11 +259,47 @@ def source(kernel, args, constexprs) -> ASTSource:
     return ASTSource(fn=kernel, signature=signature, constexprs=dict(constexprs))
 
 
-def compile_launch(kernel, args, constexprs, num_warps: int = 4):
-    """The compiled kernel (its `asm` holds ptx and cubin) of one recorded launch."""
+def compile_launch(launch: Launch, num_warps: int | None = None):
+    """The compiled kernel (its `asm` holds ptx and cubin; `metadata.shared` its shared memory)
+    of one recorded launch, with the launch's options (`num_warps` given here overrides)."""
+    options = {**launch.options} | ({"num_warps": num_warps} if num_warps else {})
     return triton.compile(
-        source(kernel, args, constexprs), target=H200, options={"num_warps": num_warps}
+        source(launch.kernel, launch.args, launch.constexprs), target=H200, options=options
     )
+
+
+class SplitCompile(NamedTuple):
+    """One compiled launch of the split kernel under a config."""
+
+    split: SplitConfig
+    kernel: str
+    shared: int  # bytes of shared memory a block takes
+    cubin: bool  # a cubin came out
+
+
+def compile_split_configs(
+    configs: list[SplitConfig], workers: int | None = None
+) -> list[SplitCompile]:
+    """Every distinct launch of the split kernel's captured form (`record_split_launches`,
+    `eager=False`) under `configs`, compiled for sm_90 in `workers` processes (default: one
+    a core); a launch two configs share is compiled once, under the first."""
+    jobs, seen = [], set()
+    for split in configs:
+        for index, launch in enumerate(record_split_launches(split, eager=False)):
+            if launch.key not in seen:
+                seen.add(launch.key)
+                jobs.append((split, index))
+    context = multiprocessing.get_context("spawn")  # no fork of a process holding torch threads
+    with ProcessPoolExecutor(workers or os.cpu_count(), mp_context=context) as pool:
+        return list(pool.map(_compile_split_job, jobs))
+
+
+def _compile_split_job(job: tuple[SplitConfig, int]) -> SplitCompile:
+    split, index = job
+    launch = record_split_launches(split, eager=False)[index]
+    binary = compile_launch(launch)
+    return SplitCompile(split, launch.kernel.fn.__name__, binary.metadata.shared,
+                        bool(binary.asm["cubin"]))  # fmt: skip
 
 
 def ptxas_report(compiled) -> str:

@@ -23,7 +23,12 @@ slot index: no gather of a batch's states, no scatter back.
   padded to a token bucket, on grids set by the bucket, the step's counts and chunk tables
   read from the device where the step inputs staged them: what a CUDA graph can capture
   (engine.piecewise_gdn). The row and chunk kernels take those device bounds (`ROWS`,
-  `ROW_RANGE`, `CHUNKS`; None: a grid sized on the host) and their programs past them exit.
+  `ROW_RANGE`, `CHUNKS`; None: a grid sized on the host) and their programs past them exit,
+  or (`PERSISTENT`) fewer programs stride over them.
+
+The split kernel launches as a `SplitConfig` says (engine/kernels/gdn_config.py: chunk, value
+blocks, warps, stages, the fixed grids' program counts, the scores option); the default is
+the launch it always had.
 
 Layouts follow the torch reference (engine/layers/gated_delta.py): conv state
 [slots, channels, kernel-1], recurrent state [slots, heads, k_dim, v_dim] (fp32, or bf16 with
@@ -37,6 +42,7 @@ import torch
 import triton
 import triton.language as tl
 
+from engine.kernels.gdn_config import SPLIT_DEFAULT, SplitConfig
 from engine.kernels.gdn_tables import chunk_tables, max_chunks, one_token_prefix
 from engine.layers.sampler import rows_to
 
@@ -172,13 +178,13 @@ def _first_row(ROW0, ROW_RANGE):
 
 @triton.jit
 def _row_state_tile(
-    STATE, CU, CACHED, SLOTS, ROW0, HV, DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr
+    STATE, CU, CACHED, SLOTS, row, HV, DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr
 ):
-    """A (row, value head, value block) program's row (ROW0 on from the grid's first) and head,
-    its row's tokens [start, end), its value columns, and its fp32 state tile [DK, BV] read
-    from the row's slot (zeros for a row with nothing cached) with the pointers to store it
-    back through."""
-    row, h, vb = tl.program_id(0) + ROW0, tl.program_id(1), tl.program_id(2)
+    """A (row, value head, value block) program's head and value block (grid axes 1 and 2) on
+    `row`: the row's tokens [start, end), its value columns, and its fp32 state tile [DK, BV]
+    read from the row's slot (zeros for a row with nothing cached) with the pointers to store
+    it back through."""
+    h, vb = tl.program_id(1), tl.program_id(2)
     start = tl.load(CU + row)
     end = tl.load(CU + row + 1)
     keep = tl.load(CACHED + row) > 0
@@ -188,20 +194,40 @@ def _row_state_tile(
     vmask = vd < DV
     sptr = STATE + ((slot * HV + h) * DK + kd[:, None]) * DV + vd[None, :]
     state = tl.load(sptr, mask=vmask[None, :] & keep, other=0.0).to(tl.float32)
-    return row, h, start, end, vd, vmask, sptr, state
+    return h, start, end, vd, vmask, sptr, state
 
 
 @triton.jit
 def _gdn_recurrent_kernel(
     QKV, A, B, A_LOG, DT_BIAS, STATE, OUT, CU, CACHED, SLOTS,
     ROW0, ROW_RANGE, stride_t, stride_ab, HK, HV, scale,
-    DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr,
+    DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr, PERSISTENT: tl.constexpr,
 ):  # fmt: skip
-    row0, past = _first_row(ROW0, ROW_RANGE)
-    if past:
-        return
-    _, h, start, end, vd, vmask, sptr, state = _row_state_tile(
-        STATE, CU, CACHED, SLOTS, row0, HV, DK, DV, BV
+    if PERSISTENT:  # a fixed grid narrower than its bound: the programs stride over the rows
+        first, end = tl.load(ROW_RANGE), tl.load(ROW_RANGE + 1)
+        for row in range(first + tl.program_id(0), end, tl.num_programs(0)):
+            _recurrent_row(
+                QKV, A, B, A_LOG, DT_BIAS, STATE, OUT, CU, CACHED, SLOTS, row, stride_t,
+                stride_ab, HK, HV, scale, DK, DV, BV,
+            )  # fmt: skip
+    else:
+        row0, past = _first_row(ROW0, ROW_RANGE)
+        if past:
+            return
+        _recurrent_row(
+            QKV, A, B, A_LOG, DT_BIAS, STATE, OUT, CU, CACHED, SLOTS, tl.program_id(0) + row0,
+            stride_t, stride_ab, HK, HV, scale, DK, DV, BV,
+        )  # fmt: skip
+
+
+@triton.jit
+def _recurrent_row(
+    QKV, A, B, A_LOG, DT_BIAS, STATE, OUT, CU, CACHED, SLOTS, row, stride_t, stride_ab, HK, HV,
+    scale, DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr,
+):  # fmt: skip
+    """The recurrence over one row's tokens for the program's value head and block."""
+    h, start, end, vd, vmask, sptr, state = _row_state_tile(
+        STATE, CU, CACHED, SLOTS, row, HV, DK, DV, BV
     )
     hk = h // (HV // HK)  # each q/k head serves consecutive value heads
     kd = tl.arange(0, DK)
@@ -236,7 +262,7 @@ def gated_delta_recurrent(
     `out` where given (the other rows' tokens are left as they are)."""
     return _launch(
         _gdn_recurrent_kernel, qkv, a, b, A_log, dt_bias, ssm_state, meta, k_heads, k_dim, v_dim,
-        row0, rows, out,
+        row0, rows, out, PERSISTENT=False,
     )  # fmt: skip
 
 
@@ -276,8 +302,8 @@ def _gdn_chunked_kernel(
     row0, past = _first_row(ROW0, ROW_RANGE)
     if past:
         return
-    _, h, start, end, vd, vmask, sptr, state = _row_state_tile(
-        STATE, CU, CACHED, SLOTS, row0, HV, DK, DV, BV
+    h, start, end, vd, vmask, sptr, state = _row_state_tile(
+        STATE, CU, CACHED, SLOTS, tl.program_id(0) + row0, HV, DK, DV, BV
     )  # state [DK, BV]
     hk = h // (HV // HK)
     kd = tl.arange(0, DK)
@@ -380,15 +406,45 @@ def _chunk_gates_and_keys(
 
 
 @triton.jit
+def _chunk_queries(QKV, t, live, hk, stride_t, scale, DK: tl.constexpr):
+    """A chunk's l2-normed, scaled queries [C, DK] (zero for tokens that are not live)."""
+    kd = tl.arange(0, DK)
+    q = tl.load(QKV + t[:, None] * stride_t + hk * DK + kd[None, :], mask=live[:, None],
+                other=0.0).to(tl.float32)  # fmt: skip
+    return q / tl.sqrt(tl.sum(q * q, axis=1) + 1e-6)[:, None] * scale
+
+
+@triton.jit
 def _gdn_prepare_kernel(
-    QKV, A, B, A_LOG, DT_BIAS, CHUNK_ROW, CHUNK_START, CU, W, U, KD, G, CHUNKS,
-    stride_t, stride_ab, HK, HV,
+    QKV, A, B, A_LOG, DT_BIAS, CHUNK_ROW, CHUNK_START, CU, W, U, KD, G, SCORES, CHUNKS,
+    stride_t, stride_ab, HK, HV, scale,
+    DK: tl.constexpr, DV: tl.constexpr, C: tl.constexpr, LEVELS: tl.constexpr,
+    PERSISTENT: tl.constexpr,
+):  # fmt: skip
+    first, h = tl.program_id(0), tl.program_id(1)
+    if PERSISTENT:  # a fixed grid narrower than its bound: the programs stride over the chunks
+        for chunk in range(first, tl.load(CHUNKS), tl.num_programs(0)):
+            _prepare_chunk(
+                QKV, A, B, A_LOG, DT_BIAS, CHUNK_ROW, CHUNK_START, CU, W, U, KD, G, SCORES,
+                chunk, h, stride_t, stride_ab, HK, HV, scale, DK, DV, C, LEVELS,
+            )  # fmt: skip
+    else:
+        if CHUNKS is not None:  # a fixed grid: programs past the step's chunks (read here) exit
+            if first >= tl.load(CHUNKS):
+                return
+        _prepare_chunk(
+            QKV, A, B, A_LOG, DT_BIAS, CHUNK_ROW, CHUNK_START, CU, W, U, KD, G, SCORES, first, h,
+            stride_t, stride_ab, HK, HV, scale, DK, DV, C, LEVELS,
+        )  # fmt: skip
+
+
+@triton.jit
+def _prepare_chunk(
+    QKV, A, B, A_LOG, DT_BIAS, CHUNK_ROW, CHUNK_START, CU, W, U, KD, G, SCORES, chunk, h,
+    stride_t, stride_ab, HK, HV, scale,
     DK: tl.constexpr, DV: tl.constexpr, C: tl.constexpr, LEVELS: tl.constexpr,
 ):  # fmt: skip
-    chunk, h = tl.program_id(0), tl.program_id(1)
-    if CHUNKS is not None:  # a fixed grid: programs past the step's chunks (read here) exit
-        if chunk >= tl.load(CHUNKS):
-            return
+    """One chunk's W, K', U, gates (and, with SCORES, its intra-chunk scores) for value head h."""
     c0 = tl.load(CHUNK_START + chunk)
     end = tl.load(CU + tl.load(CHUNK_ROW + chunk) + 1)
     hk = h // (HV // HK)
@@ -405,6 +461,11 @@ def _gdn_prepare_kernel(
     below = ci[:, None] > ci[None, :]
     causal = ci[:, None] >= ci[None, :]
     decay = tl.where(causal, tl.exp(tl.where(causal, cum[:, None] - cum[None, :], 0.0)), 0.0)
+    if SCORES is not None:  # the outputs pass's (q k^T * decay), once for all its value blocks
+        q = _chunk_queries(QKV, t, live, hk, stride_t, scale, DK)
+        scores = tl.dot(q, tl.trans(k)) * decay
+        tl.store(SCORES + ((tl.cast(chunk, tl.int64) * HV + h) * C + ci[:, None]) * C + ci[None, :],
+                 scores)  # fmt: skip
     k_beta = k * beta[:, None]
     lower = tl.where(below, tl.dot(k_beta, tl.trans(k), input_precision="tf32") * decay, 0.0)
     inverse = _unit_lower_inverse(lower, tl.minimum(end - c0, C), C, LEVELS)
@@ -445,12 +506,30 @@ def _unit_lower_inverse(lower, count, C: tl.constexpr, LEVELS: tl.constexpr):
 def _gdn_states_kernel(
     W, U, KD, G, STATE, H, CU, CACHED, SLOTS, FIRST_CHUNK, ROW0, ROW_RANGE, HV,
     DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr, C: tl.constexpr,
+    PERSISTENT: tl.constexpr,
 ):  # fmt: skip
-    row0, past = _first_row(ROW0, ROW_RANGE)
-    if past:
-        return
-    row, h, start, end, vd, vmask, sptr, state = _row_state_tile(
-        STATE, CU, CACHED, SLOTS, row0, HV, DK, DV, BV
+    if PERSISTENT:  # a fixed grid narrower than its bound: the programs stride over the rows
+        first, end = tl.load(ROW_RANGE), tl.load(ROW_RANGE + 1)
+        for row in range(first + tl.program_id(0), end, tl.num_programs(0)):
+            _states_row(W, U, KD, G, STATE, H, CU, CACHED, SLOTS, FIRST_CHUNK, row, HV, DK, DV,
+                        BV, C)  # fmt: skip
+    else:
+        row0, past = _first_row(ROW0, ROW_RANGE)
+        if past:
+            return
+        _states_row(W, U, KD, G, STATE, H, CU, CACHED, SLOTS, FIRST_CHUNK,
+                    tl.program_id(0) + row0, HV, DK, DV, BV, C)  # fmt: skip
+
+
+@triton.jit
+def _states_row(
+    W, U, KD, G, STATE, H, CU, CACHED, SLOTS, FIRST_CHUNK, row, HV,
+    DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr, C: tl.constexpr,
+):  # fmt: skip
+    """One row's chunks in order for the program's value head and block: each chunk's state
+    stored before it, V' written over U, the final state back to the row's slot."""
+    h, start, end, vd, vmask, sptr, state = _row_state_tile(
+        STATE, CU, CACHED, SLOTS, row, HV, DK, DV, BV
     )  # state [DK, BV]
     first = tl.load(FIRST_CHUNK + row)
     ci = tl.arange(0, C)
@@ -475,14 +554,37 @@ def _gdn_states_kernel(
 
 @triton.jit
 def _gdn_outputs_kernel(
-    QKV, A, B, A_LOG, DT_BIAS, CHUNK_ROW, CHUNK_START, CU, U, H, OUT, CHUNKS,
+    QKV, A, B, A_LOG, DT_BIAS, CHUNK_ROW, CHUNK_START, CU, U, H, G, SCORES, OUT, CHUNKS,
+    stride_t, stride_ab, HK, HV, scale,
+    DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr, C: tl.constexpr,
+    PERSISTENT: tl.constexpr,
+):  # fmt: skip
+    first, h, vb = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    if PERSISTENT:  # a fixed grid narrower than its bound: the programs stride over the chunks
+        for chunk in range(first, tl.load(CHUNKS), tl.num_programs(0)):
+            _outputs_chunk(
+                QKV, A, B, A_LOG, DT_BIAS, CHUNK_ROW, CHUNK_START, CU, U, H, G, SCORES, OUT,
+                chunk, h, vb, stride_t, stride_ab, HK, HV, scale, DK, DV, BV, C,
+            )  # fmt: skip
+    else:
+        if CHUNKS is not None:  # a fixed grid: programs past the step's chunks (read here) exit
+            if first >= tl.load(CHUNKS):
+                return
+        _outputs_chunk(
+            QKV, A, B, A_LOG, DT_BIAS, CHUNK_ROW, CHUNK_START, CU, U, H, G, SCORES, OUT, first,
+            h, vb, stride_t, stride_ab, HK, HV, scale, DK, DV, BV, C,
+        )  # fmt: skip
+
+
+@triton.jit
+def _outputs_chunk(
+    QKV, A, B, A_LOG, DT_BIAS, CHUNK_ROW, CHUNK_START, CU, U, H, G, SCORES, OUT, chunk, h, vb,
     stride_t, stride_ab, HK, HV, scale,
     DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr, C: tl.constexpr,
 ):  # fmt: skip
-    chunk, h, vb = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-    if CHUNKS is not None:  # a fixed grid: programs past the step's chunks (read here) exit
-        if chunk >= tl.load(CHUNKS):
-            return
+    """One chunk's outputs for value head h and value block vb: the intra-chunk scores
+    recomputed from q, k and the gates, or with SCORES read where the prepare pass stored them
+    (the gates' cumulative sums from G)."""
     c0 = tl.load(CHUNK_START + chunk)
     end = tl.load(CU + tl.load(CHUNK_ROW + chunk) + 1)
     hk = h // (HV // HK)
@@ -492,21 +594,27 @@ def _gdn_outputs_kernel(
     vmask = vd < DV
     t = c0 + ci
     live = t < end
-    k, cum, _ = _chunk_gates_and_keys(
-        QKV, A, B, A_LOG, DT_BIAS, h, hk, t, live, stride_t, stride_ab, HK, DK
-    )
-    q = tl.load(QKV + t[:, None] * stride_t + hk * DK + kd[None, :], mask=live[:, None],
-                other=0.0).to(tl.float32)  # fmt: skip
-    q = q / tl.sqrt(tl.sum(q * q, axis=1) + 1e-6)[:, None] * scale
-    causal = ci[:, None] >= ci[None, :]
-    decay = tl.where(causal, tl.exp(tl.where(causal, cum[:, None] - cum[None, :], 0.0)), 0.0)
-    chunk64 = chunk.to(tl.int64)
+    if SCORES is None:
+        k, cum, _ = _chunk_gates_and_keys(
+            QKV, A, B, A_LOG, DT_BIAS, h, hk, t, live, stride_t, stride_ab, HK, DK
+        )
+    else:
+        cum = tl.load(G + t * HV + h, mask=live, other=0.0)
+    q = _chunk_queries(QKV, t, live, hk, stride_t, scale, DK)
+    if SCORES is None:
+        causal = ci[:, None] >= ci[None, :]
+        decay = tl.where(causal, tl.exp(tl.where(causal, cum[:, None] - cum[None, :], 0.0)), 0.0)
+    chunk64 = tl.cast(chunk, tl.int64)
     state = tl.load(H + ((chunk64 * HV + h) * DK + kd[:, None]) * DV + vd[None, :],
                     mask=vmask[None, :], other=0.0)  # fmt: skip
     rows = (t[:, None] * HV + h).to(tl.int64)
     new_v = tl.load(U + rows * DV + vd[None, :], mask=live[:, None] & vmask[None, :], other=0.0)
     out = tl.dot(q * tl.exp(cum)[:, None], state)
-    out += tl.dot(tl.dot(q, tl.trans(k)) * decay, new_v)
+    if SCORES is None:
+        out += tl.dot(tl.dot(q, tl.trans(k)) * decay, new_v)
+    else:
+        out += tl.dot(tl.load(SCORES + ((chunk64 * HV + h) * C + ci[:, None]) * C + ci[None, :]),
+                      new_v)  # fmt: skip
     optr = OUT + (t[:, None] * HV + h) * DV + vd[None, :]
     tl.store(optr, out.to(OUT.dtype.element_ty), mask=live[:, None] & vmask[None, :])
 
@@ -529,15 +637,17 @@ def _chunk_tables(meta, chunk: int, row0: int):
     return tables
 
 
-def _split_scratch(meta, shape: tuple[int, ...], like: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """The split kernels' fp32 scratch (W, K', U, the gates, the state before each chunk),
-    allocated at a step's first layer and kept on `meta` for the others, whose shapes are the
-    same: every layer's kernels run in stream order, so a layer rewrites the scratch only
-    after the previous layer's last kernel has read it (5 allocations a step, not a layer)."""
+def _split_scratch(meta, shape: tuple[int, ...], like: torch.Tensor) -> tuple:
+    """The split kernels' fp32 scratch (W, K', U, the gates, the state before each chunk, and
+    with `scores` the intra-chunk scores, else None), allocated at a step's first layer and
+    kept on `meta` for the others, whose shapes are the same: every layer's kernels run in
+    stream order, so a layer rewrites the scratch only after the previous layer's last kernel
+    has read it (5 or 6 allocations a step, not a layer). `shape` = (tokens, value heads, key
+    dim, value dim, chunk programs, chunk size, scores)."""
     kept = getattr(meta, "gdn_scratch", None)
     if kept is not None and kept[0] == shape:
         return kept[1]
-    tokens, v_heads, k_dim, v_dim, count = shape
+    tokens, v_heads, k_dim, v_dim, count, chunk, scores = shape
     f32 = dict(dtype=torch.float32, device=like.device)
     w = torch.empty((tokens, v_heads, k_dim), **f32)
     scratch = (
@@ -546,54 +656,69 @@ def _split_scratch(meta, shape: tuple[int, ...], like: torch.Tensor) -> tuple[to
         torch.empty((tokens, v_heads, v_dim), **f32),
         torch.empty((tokens, v_heads), **f32),
         torch.empty((count, v_heads, k_dim, v_dim), **f32),
+        torch.empty((count, v_heads, chunk, chunk), **f32) if scores else None,
     )
     meta.gdn_scratch = (shape, scratch)
     return scratch
 
 
 def gated_delta_chunked_split(
-    qkv, a, b, A_log, dt_bias, ssm_state, meta, k_heads, k_dim, v_dim, chunk: int = 32,
-    row0: int = 0, out: torch.Tensor | None = None,
+    qkv, a, b, A_log, dt_bias, ssm_state, meta, k_heads, k_dim, v_dim,
+    split: SplitConfig = SPLIT_DEFAULT, row0: int = 0, out: torch.Tensor | None = None,
 ):  # fmt: skip
     """`gated_delta_chunked`'s contract in three launches (prepare, states, outputs), whose
-    serial part is two tile products a chunk; `meta` also needs `num_new` (host row lengths).
+    serial part is two tile products a chunk, launched as `split` says (chunk size, value
+    blocks, warps, stages, options); `meta` also needs `num_new` (host row lengths).
     Scratch: fp32 W, K', U [T, Hv, K|V] and the state before each chunk [chunks, Hv, K, V]."""
     out = _output(qkv, a.shape[1], v_dim, out)
     if not qkv.shape[0] or row0 == meta.num_rows:
         return out
-    count, *tables = _chunk_tables(meta, chunk, row0)
+    count, *tables = _chunk_tables(meta, split.chunk, row0)
     rows = (meta.num_rows - row0, row0, None)
-    _split_launches(qkv, a, b, A_log, dt_bias, ssm_state, meta, k_heads, k_dim, v_dim, chunk,
+    _split_launches(qkv, a, b, A_log, dt_bias, ssm_state, meta, k_heads, k_dim, v_dim, split,
                     (count, *tables, None), rows, out)  # fmt: skip
     return out
 
 
 def _split_launches(
-    qkv, a, b, A_log, dt_bias, ssm_state, meta, k_heads, k_dim, v_dim, chunk: int,
+    qkv, a, b, A_log, dt_bias, ssm_state, meta, k_heads, k_dim, v_dim, split: SplitConfig,
     chunks: tuple, rows: tuple, out: torch.Tensor,
 ) -> None:  # fmt: skip
     """The split kernel's three launches into `out`: `chunks` = (the chunk programs, each
     chunk's row, its first token, each row's first chunk, the device chunk count or None),
     `rows` = (the row programs, the first row, the device [first, end) rows or None); a device
-    count or range makes the grid a bound whose programs past it exit."""
+    count or range makes the grid a bound whose programs past it exit, or, where `split`
+    caps the fixed grid's programs, stride over it."""
     count, chunk_row, chunk_start, first, chunk_count = chunks
     row_programs, row0, row_range = rows
-    v_heads = a.shape[1]
-    w, k_decayed, u, g, h = _split_scratch(meta, (qkv.shape[0], v_heads, k_dim, v_dim, count), qkv)
-    bv = min(16, triton.next_power_of_2(v_dim))
+    v_heads, chunk = a.shape[1], split.chunk
+    shape = (qkv.shape[0], v_heads, k_dim, v_dim, count, chunk, split.scores_in_prepare)
+    w, k_decayed, u, g, h, scores = _split_scratch(meta, shape, qkv)
+    chunk_cap = split.fixed_chunks if chunk_count is not None else None
+    chunk_programs = count if chunk_cap is None else min(count, chunk_cap)
+    row_cap = split.fixed_states_rows if row_range is not None else None
+    row_programs = row_programs if row_cap is None else min(row_programs, row_cap)
+    states_bv = min(split.states_bv, triton.next_power_of_2(v_dim))
+    outputs_bv = min(split.outputs_bv, triton.next_power_of_2(v_dim))
     common = dict(DK=k_dim, DV=v_dim, C=chunk)
-    _gdn_prepare_kernel[(count, v_heads)](
+    # what only the scores option reads, None without it (a None argument is a constexpr: the
+    # kernels compile as they did before the option)
+    scale, scores_g = (k_dim**-0.5, g) if scores is not None else (None, None)
+    _gdn_prepare_kernel[(chunk_programs, v_heads)](
         qkv, a, b, A_log, dt_bias, chunk_row, chunk_start, meta.cu_seqlens, w, u, k_decayed, g,
-        chunk_count, qkv.stride(0), a.stride(0), k_heads, v_heads, LEVELS=_doublings(chunk),
-        **common,
+        scores, chunk_count, qkv.stride(0), a.stride(0), k_heads, v_heads, scale,
+        LEVELS=_doublings(chunk), PERSISTENT=chunk_cap is not None, **common,
+        **split.launch("prepare"),
     )  # fmt: skip
-    _gdn_states_kernel[(row_programs, v_heads, triton.cdiv(v_dim, bv))](
+    _gdn_states_kernel[(row_programs, v_heads, triton.cdiv(v_dim, states_bv))](
         w, u, k_decayed, g, ssm_state, h, meta.cu_seqlens, meta.cached, meta.state_slots, first,
-        row0, row_range, v_heads, BV=bv, **common,
+        row0, row_range, v_heads, BV=states_bv, PERSISTENT=row_cap is not None, **common,
+        **split.launch("states"),
     )  # fmt: skip
-    _gdn_outputs_kernel[(count, v_heads, triton.cdiv(v_dim, bv))](
-        qkv, a, b, A_log, dt_bias, chunk_row, chunk_start, meta.cu_seqlens, u, h, out,
-        chunk_count, qkv.stride(0), a.stride(0), k_heads, v_heads, k_dim**-0.5, BV=bv, **common,
+    _gdn_outputs_kernel[(chunk_programs, v_heads, triton.cdiv(v_dim, outputs_bv))](
+        qkv, a, b, A_log, dt_bias, chunk_row, chunk_start, meta.cu_seqlens, u, h, scores_g,
+        scores, out, chunk_count, qkv.stride(0), a.stride(0), k_heads, v_heads, k_dim**-0.5,
+        BV=outputs_bv, PERSISTENT=chunk_cap is not None, **common, **split.launch("outputs"),
     )  # fmt: skip
 
 
@@ -603,8 +728,7 @@ def _split_launches(
 # over (12.6 against 25.9 ms). The threshold lies between, nearer the short end.
 SPLIT_FROM_TOKENS = 512
 
-_CHUNKED = {"triton": gated_delta_chunked, "triton_split": gated_delta_chunked_split}
-PREFILL_KINDS = (*_CHUNKED, "auto")
+PREFILL_KINDS = ("triton", "triton_split", "auto")
 
 
 def _one_token_rows(meta) -> int:
@@ -618,13 +742,15 @@ def _one_token_rows(meta) -> int:
 
 
 def gated_delta_prefill(
-    kind: str, qkv, a, b, A_log, dt_bias, ssm_state, meta, k_heads, k_dim, v_dim
-) -> torch.Tensor:
+    kind: str, qkv, a, b, A_log, dt_bias, ssm_state, meta, k_heads, k_dim, v_dim,
+    split: SplitConfig = SPLIT_DEFAULT,
+) -> torch.Tensor:  # fmt: skip
     """`gated_delta_recurrent`'s contract for a prefill or mixed step: the leading rows of one
     new token (a mixed step's decode rows) through the recurrence, which costs them a token's
     work instead of a whole chunk's program, and the rest through the chunked kernel `kind`
-    (PREFILL_KINDS; `auto`: the split one when the longest row is SPLIT_FROM_TOKENS or more),
-    both writing into one output. Rows of one token later in the batch stay chunked."""
+    (PREFILL_KINDS; `auto`: the split one when the longest row is SPLIT_FROM_TOKENS or more;
+    the split one launched as `split` says), both writing into one output. Rows of one token
+    later in the batch stay chunked."""
     if kind not in PREFILL_KINDS:
         raise ValueError(f"kind must be one of {', '.join(PREFILL_KINDS)}, got {kind!r}")
     args = (qkv, a, b, A_log, dt_bias, ssm_state, meta, k_heads, k_dim, v_dim)
@@ -635,32 +761,38 @@ def gated_delta_prefill(
     if kind == "auto":
         long = max(meta.num_new[single:]) >= SPLIT_FROM_TOKENS
         kind = "triton_split" if long else "triton"
-    return _CHUNKED[kind](*args, row0=single, out=out)
+    if kind == "triton_split":
+        return gated_delta_chunked_split(*args, split=split, row0=single, out=out)
+    return gated_delta_chunked(*args, row0=single, out=out)
 
 
 def gated_delta_fixed_grid(
-    qkv, a, b, A_log, dt_bias, ssm_state, meta, k_heads, k_dim, v_dim
-) -> torch.Tensor:
+    qkv, a, b, A_log, dt_bias, ssm_state, meta, k_heads, k_dim, v_dim,
+    split: SplitConfig = SPLIT_DEFAULT,
+) -> torch.Tensor:  # fmt: skip
     """`gated_delta_prefill`'s result for a step padded to a token bucket whose tables the step
     inputs staged (`meta.gdn_tables`), on grids set by the token count alone: the leading
-    one-token rows through the recurrence, the rest through the split kernel, every count and
-    table read from the device at the staged (fixed) addresses. A launch's grid and its other
-    arguments are the same for every step of the bucket, so one CUDA graph serves them all.
-    Padding tokens' outputs are 0."""
+    one-token rows through the recurrence, the rest through the split kernel (launched as
+    `split` says; its chunk must be the tables'), every count and table read from the device
+    at the staged (fixed) addresses. A launch's grid and its other arguments are the same for
+    every step of the bucket, so one CUDA graph serves them all. Padding tokens' outputs are 0."""
     staged = meta.gdn_tables
+    if split.chunk != staged.chunk:
+        raise ValueError(f"split chunk {split.chunk} is not the staged tables' {staged.chunk}")
     tokens = qkv.shape[0]
     out = qkv.new_zeros((tokens, a.shape[1], v_dim))
     if not tokens:
         return out
     rows = staged.row_bound(tokens)
     counts = staged.counts  # [0, the leading one-token rows, rows, chunks]
+    cap = split.fixed_recurrent_rows
     _launch(
         _gdn_recurrent_kernel, qkv, a, b, A_log, dt_bias, ssm_state, meta, k_heads, k_dim,
-        v_dim, 0, rows, out, row_range=counts,
+        v_dim, 0, rows if cap is None else min(rows, cap), out, row_range=counts,
+        PERSISTENT=cap is not None,
     )  # fmt: skip
-    chunk = staged.chunk
-    chunks = (max_chunks(tokens, rows, chunk), staged.chunk_row, staged.chunk_start,
+    chunks = (max_chunks(tokens, rows, staged.chunk), staged.chunk_row, staged.chunk_start,
               staged.first_chunk, counts[3:])  # fmt: skip
-    _split_launches(qkv, a, b, A_log, dt_bias, ssm_state, meta, k_heads, k_dim, v_dim, chunk,
+    _split_launches(qkv, a, b, A_log, dt_bias, ssm_state, meta, k_heads, k_dim, v_dim, split,
                     chunks, (rows, 0, counts[1:]), out)  # fmt: skip
     return out

@@ -89,7 +89,7 @@ class Qwen35ForCausalLM(CausalLM):
     ) -> Qwen35ForCausalLM:
         return random_model(
             lambda: cls(config),
-            lambda name, shape: _random_weight(name, shape, config, seed),
+            lambda name, shape: random_weight(name, shape, config, seed),
             dtype,
             device,
         )
@@ -113,7 +113,7 @@ class Qwen35ForCausalLM(CausalLM):
         return model
 
 
-def _random_weight(
+def random_weight(
     name: str, shape: tuple[int, ...], config: Qwen35Config, seed: int
 ) -> torch.Tensor:
     """One parameter (random_weights.py): Gated DeltaNet's own parameters here, the rest as

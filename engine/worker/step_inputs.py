@@ -36,8 +36,9 @@ class StepInputs:
     force_double_buffer = True  # a pinned host buffer behind a non-blocking H2D copy
 
     def __init__(
-        self, max_tokens: int, max_rows: int, max_pages: int, device: torch.device, slots: int = 2
-    ):
+        self, max_tokens: int, max_rows: int, max_pages: int, device: torch.device,
+        slots: int = 2, gdn_chunk: int = CHUNK,
+    ):  # fmt: skip
         if slots < 1:
             raise ValueError(f"slots must be >= 1, got {slots}")
         self.on_cuda = device.type == "cuda"
@@ -47,7 +48,8 @@ class StepInputs:
         # last field written, so every step copies their span (4 KiB at max_rows 256, 2048
         # tokens), where after the page table (only the reference's) a step staging them
         # would copy that whole table
-        self.max_rows, self.max_chunks = max_rows, max_chunks(max_tokens, max_rows)
+        self.max_rows, self.gdn_chunk = max_rows, gdn_chunk  # tokens a chunk of the tables
+        self.max_chunks = max_chunks(max_tokens, max_rows, gdn_chunk)
         sizes |= {"gdn_counts": 4, "gdn_first_chunk": max_rows + 1}
         sizes |= {"gdn_chunk_row": self.max_chunks, "gdn_chunk_start": self.max_chunks}
         sizes |= {"kv_indices": max_rows * max_pages, "page_table": max_rows * max_pages}
@@ -173,14 +175,14 @@ class StepInputs:
 
     def _gdn_tables(self, dev: dict[str, torch.Tensor]) -> GdnTables:
         fields = ("gdn_counts", "gdn_chunk_row", "gdn_chunk_start", "gdn_first_chunk")
-        return GdnTables(*(dev[name] for name in fields), self.max_rows, CHUNK)
+        return GdnTables(*(dev[name] for name in fields), self.max_rows, self.gdn_chunk)
 
     def _gdn_parts(self, num_new: np.ndarray) -> dict[str, np.ndarray]:
         """The Gated DeltaNet tables of rows of `num_new` tokens, each field at its full size
         (the same views every step): the counts [0, the leading one-token rows, rows, chunks],
         and the chunks of the rows after those."""
         single = one_token_prefix(num_new)
-        chunk_row, chunk_start, first = chunk_tables(num_new, single)
+        chunk_row, chunk_start, first = chunk_tables(num_new, single, self.gdn_chunk)
         chunks = len(chunk_row)
 
         def full(array: np.ndarray, size: int) -> np.ndarray:

@@ -1,0 +1,173 @@
+"""The split Gated DeltaNet kernel's launch configuration (`SplitConfig`): its chunk size, each
+launch's value block, warps and pipeline stages, the fixed grid's program counts, and the
+options not yet measured on a GPU (off). The default is what the kernels launched before
+it existed; `SPLIT_SWEEP` is what benchmarks/bench_gdn_kernels.py --sweep tries, each config
+legal for the H200's compiler (tests/test_triton_compile.py compiles every one for sm_90).
+
+Plain Python: the step inputs and the benchmark's argument parsing import it without triton.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from engine.kernels.gdn_tables import CHUNK
+
+
+def _power_of_two(value: int, low: int, high: int) -> bool:
+    return low <= value <= high and not value & (value - 1)
+
+
+@dataclass(frozen=True)
+class SplitConfig:
+    """How `gated_delta_chunked_split` and `gated_delta_fixed_grid` launch their kernels.
+
+    - `chunk`: tokens a chunk (C): 16, 32 or 64. The captured form's chunk is the step
+      inputs' (`gdn_tables.CHUNK`), which a config run there must equal.
+    - `<kernel>_bv`: value columns a program of the states / outputs pass (a power of two >= 8;
+      the wrappers cap it at the head's value dim); `<kernel>_warps`, `<kernel>_stages`: the
+      launch's num_warps and num_stages (software pipelining of a loop's loads; Triton's
+      defaults, 4 and 3, are today's).
+    - `fixed_recurrent_rows`, `fixed_states_rows`, `fixed_chunks` (the captured form only):
+      the programs along a fixed grid's bounded axis, each striding over the rows or chunks
+      the step has (`PERSISTENT` in the kernels); None: one program per row or chunk the
+      bucket can hold, those past the step's count exiting (today's grid).
+    - `scores_in_prepare`: the prepare pass computes each chunk's masked, decayed q k^T once
+      and the outputs pass reads it, instead of every value block of the outputs pass
+      recomputing it with the keys' norms and the gates (docs/KERNELS.md, "Tuning").
+    """
+
+    chunk: int = CHUNK
+    prepare_warps: int = 4
+    prepare_stages: int = 3
+    states_bv: int = 16
+    states_warps: int = 4
+    states_stages: int = 3
+    outputs_bv: int = 16
+    outputs_warps: int = 4
+    outputs_stages: int = 3
+    fixed_recurrent_rows: int | None = None
+    fixed_states_rows: int | None = None
+    fixed_chunks: int | None = None
+    scores_in_prepare: bool = False
+
+    def __post_init__(self) -> None:
+        problems = []
+        if not _power_of_two(self.chunk, 16, 64):
+            problems.append(f"chunk must be 16, 32 or 64, got {self.chunk}")
+        for kernel in ("states", "outputs"):
+            bv = getattr(self, f"{kernel}_bv")
+            if not _power_of_two(bv, 8, 128):
+                problems.append(f"{kernel}_bv must be a power of two from 8 to 128, got {bv}")
+        for kernel in ("prepare", "states", "outputs"):
+            warps, stages = getattr(self, f"{kernel}_warps"), getattr(self, f"{kernel}_stages")
+            if not _power_of_two(warps, 1, 16):
+                problems.append(f"{kernel}_warps must be 1, 2, 4, 8 or 16, got {warps}")
+            if not 1 <= stages <= 6:
+                problems.append(f"{kernel}_stages must be 1 to 6, got {stages}")
+        for name in ("fixed_recurrent_rows", "fixed_states_rows", "fixed_chunks"):
+            count = getattr(self, name)
+            if count is not None and count < 1:
+                problems.append(f"{name} must be None or a positive count, got {count}")
+        if problems:
+            raise ValueError("; ".join(problems))
+
+    def launch(self, kernel: str) -> dict[str, int]:
+        """The launch options of the pass `kernel` (prepare, states, outputs)."""
+        return {
+            "num_warps": getattr(self, f"{kernel}_warps"),
+            "num_stages": getattr(self, f"{kernel}_stages"),
+        }
+
+    def __str__(self) -> str:
+        """The fields that differ from the default, as `parse_split_config` reads them."""
+        changed = [
+            f"{f.name}={getattr(self, f.name)}"
+            for f in dataclasses.fields(self)
+            if getattr(self, f.name) != f.default
+        ]
+        return ",".join(changed) or "default"
+
+
+SPLIT_DEFAULT = SplitConfig()
+
+
+def parse_split_config(text: str) -> SplitConfig:
+    """`name=value,...` (SplitConfig's fields; `default` or empty: the default), e.g.
+    `chunk=64,prepare_warps=8` or `fixed_states_rows=4,scores_in_prepare=true`."""
+    if text.strip() in ("", "default"):
+        return SPLIT_DEFAULT
+    types = {f.name: f.type for f in dataclasses.fields(SplitConfig)}
+    values: dict[str, object] = {}
+    for item in text.split(","):
+        name, _, raw = item.partition("=")
+        name, raw = name.strip(), raw.strip()
+        if name not in types:
+            raise ValueError(f"unknown split config field {name!r}; fields: {', '.join(types)}")
+        if types[name] == "bool":
+            if raw.lower() not in ("true", "false", "1", "0"):
+                raise ValueError(f"{name} must be true or false, got {raw!r}")
+            values[name] = raw.lower() in ("true", "1")
+        elif raw.lower() == "none" and "None" in types[name]:
+            values[name] = None
+        else:
+            try:
+                values[name] = int(raw)
+            except ValueError:
+                raise ValueError(f"{name} must be a whole number, got {raw!r}") from None
+    return SplitConfig(**values)
+
+
+# What --sweep tries: one axis at a time around the default (the others at their defaults),
+# and a few combinations whose parts only pay together (a 64-token chunk needs more warps to
+# keep its tiles in registers). Every entry compiles for sm_90 within the shared memory a
+# block may have (tests/test_triton_compile.py); the benchmark then times each and combines
+# each shape's winning values of the axes in one more config.
+SWEEP_AXES: dict[str, tuple] = {
+    "chunk": (16, 64),
+    "prepare_warps": (2, 8),
+    "states_bv": (8, 32),
+    "states_warps": (2, 8),
+    "states_stages": (1, 2, 4),
+    "outputs_bv": (32, 64),
+    "outputs_warps": (8,),
+    "fixed_recurrent_rows": (16, 64),
+    "fixed_states_rows": (1, 4, 16),
+    "fixed_chunks": (16, 64),
+    "scores_in_prepare": (True,),
+}
+SWEEP_COMBINED = (
+    {"chunk": 64, "prepare_warps": 8, "states_warps": 8, "outputs_warps": 8},
+    {"states_bv": 32, "states_warps": 8},
+    {"states_bv": 64, "states_warps": 8},
+    {"outputs_bv": 32, "outputs_warps": 8},
+    {"outputs_bv": 64, "outputs_warps": 8},
+    {"outputs_bv": 128, "outputs_warps": 8},
+    {"scores_in_prepare": True, "outputs_bv": 64, "outputs_warps": 8},
+    {"fixed_recurrent_rows": 64, "fixed_states_rows": 4, "fixed_chunks": 64},
+    {"fixed_recurrent_rows": 64, "fixed_states_rows": 4, "fixed_chunks": 64,
+     "scores_in_prepare": True, "states_bv": 32, "states_warps": 8},
+)  # fmt: skip
+
+
+def split_sweep(chunk: int | None = None) -> list[SplitConfig]:
+    """The configs --sweep times, the default first; with `chunk`, only those of that chunk
+    (the captured form's chunk is fixed by the step inputs' tables)."""
+    configs = [SPLIT_DEFAULT]
+    configs += [
+        SplitConfig(**{axis: value}) for axis, values in SWEEP_AXES.items() for value in values
+    ]
+    configs += [SplitConfig(**combined) for combined in SWEEP_COMBINED]
+    return [c for c in configs if chunk is None or c.chunk == chunk]
+
+
+def combine_winners(winners: list[SplitConfig]) -> SplitConfig:
+    """One config with every field any of `winners` changed from the default (a later winner's
+    value where two change the same field): the sweep's per-shape combination."""
+    changed: dict[str, object] = {}
+    for config in winners:
+        for f in dataclasses.fields(config):
+            if getattr(config, f.name) != f.default:
+                changed[f.name] = getattr(config, f.name)
+    return SplitConfig(**changed)

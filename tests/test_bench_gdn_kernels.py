@@ -1,0 +1,107 @@
+"""benchmarks/bench_gdn_kernels.py: its shapes and its analysis (pure functions) on synthetic
+samples with known answers, and a smoke run on the CPU in Triton's interpreter (every path
+but fla, and a sweep of one config beside the default), whose paths agree.
+
+The smoke run needs the `triton` package (skips where it is missing, as in CI)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks.bench_gdn_kernels import (
+    Sample,
+    Shape,
+    axis_winners,
+    best_per_shape,
+    summarise,
+)
+from engine.kernels.gdn_config import SPLIT_DEFAULT, SplitConfig
+
+
+def test_shapes_parse_and_print():
+    assert Shape.parse("4x256") == Shape(0, 4, 256)
+    mixed = Shape.parse("64d+1x384")
+    assert mixed == Shape(64, 1, 384) and str(mixed) == "64d+1x384"
+    assert mixed.num_new == [1] * 64 + [384]
+    for bad in ("384", "1x0", "d+1x8", "2x3x4"):
+        with pytest.raises(ValueError, match="RxL"):
+            Shape.parse(bad)
+
+
+def _sample(split: SplitConfig, times: list[float], shape: str = "1x384", **kw) -> Sample:
+    return Sample(shape, "captured", "float32", str(split), "sweep", gpu_us=times, **kw)
+
+
+def test_summarise_takes_the_median_and_deciles_and_counts_doubtful_calls():
+    sample = _sample(SPLIT_DEFAULT, [float(t) for t in range(20, 0, -1)],
+                     host_us=[5.0] * 18 + [50.0, 60.0], spin_us=[40.0] * 20)  # fmt: skip
+    summary = summarise(sample)
+    assert summary.median == 10.5 and (summary.p10, summary.p90) == (3.0, 18.0)
+    assert summary.host == 5.0 and summary.doubtful == 2
+    assert summarise(_sample(SPLIT_DEFAULT, [])).median is None  # failed: no figure
+
+
+def test_axis_winners_keep_the_best_value_of_each_axis_that_beats_the_default():
+    rows = [
+        (SPLIT_DEFAULT, _sample(SPLIT_DEFAULT, [100.0])),
+        (SplitConfig(states_warps=2), _sample(SplitConfig(states_warps=2), [120.0])),
+        (SplitConfig(states_warps=8), _sample(SplitConfig(states_warps=8), [90.0])),
+        (SplitConfig(fixed_states_rows=1), _sample(SplitConfig(fixed_states_rows=1), [60.0])),
+        (SplitConfig(fixed_states_rows=4), _sample(SplitConfig(fixed_states_rows=4), [70.0])),
+        (SplitConfig(outputs_bv=32), _sample(SplitConfig(outputs_bv=32), [101.0])),
+        (SplitConfig(chunk=64), _sample(SplitConfig(chunk=64), [], error="OutOfResources")),
+    ]
+    winners = axis_winners(rows)
+    assert winners == [SplitConfig(states_warps=8), SplitConfig(fixed_states_rows=1)]
+
+
+def test_best_per_shape_pairs_the_default_with_the_fastest():
+    samples = [
+        _sample(SPLIT_DEFAULT, [100.0], "1x384"),
+        _sample(SplitConfig(states_warps=8), [80.0], "1x384"),
+        _sample(SplitConfig(chunk=64), [], "1x384", error="failed"),
+        _sample(SPLIT_DEFAULT, [50.0], "4x256"),
+        _sample(SplitConfig(states_warps=8), [55.0], "4x256"),
+    ]
+    best = best_per_shape(samples)
+    assert best["1x384"][0].split == "default" and best["1x384"][1].split == "states_warps=8"
+    assert best["4x256"][1].split == "default"
+
+
+def test_the_benchmark_runs_in_the_interpreter(tmp_path):
+    pytest.importorskip("triton")
+    out = tmp_path / "gdn.json"
+    root = Path(__file__).resolve().parents[1]
+    path = os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.bench_gdn_kernels", "--device", "cpu",
+         "--size", "tiny", "--shapes", "1d+1x12", "--paths", "fla", "triton", "triton_split",
+         "captured", "--state-dtypes", "float32", "--warmup", "0", "--repeats", "1",
+         "--max-rows", "4", "--max-tokens", "64",
+         "--sweep", "fixed_states_rows=1,fixed_chunks=1,scores_in_prepare=true",
+         "--json", str(out)],
+        env={**os.environ, "PYTHONPATH": path}, capture_output=True, text=True, timeout=120,
+        cwd=root,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "split configs on captured" in done.stdout and "best split config" in done.stdout
+    head, *samples = (json.loads(line) for line in out.read_text().splitlines())
+    assert head["schema"] == 1 and head["environment"]["device"] == "cpu (interpreter)"
+    paths = {s["path"]: s for s in samples if s["kind"] == "path"}
+    assert paths["fla"]["error"] == "flash-linear-attention is not importable"
+    for name in ("triton", "triton_split", "captured"):
+        assert paths[name]["error"] is None and len(paths[name]["gpu_us"]) == 1, paths[name]
+    for name in ("triton_split", "captured"):  # the same op as the first path's, in bf16
+        assert paths[name]["err"] < 1e-2, paths[name]
+    sweep = [s for s in samples if s["kind"] == "sweep"]
+    assert [s["split"] for s in sweep] == [
+        "default",
+        "fixed_states_rows=1,fixed_chunks=1,scores_in_prepare=True",
+    ]
+    assert sweep[1]["error"] is None and sweep[1]["err"] < 1e-2
