@@ -27,6 +27,9 @@ enqueue outlasted its spin is counted as doubtful (the GPU may have waited for t
 `err` is the largest difference of a call's output from the first path's (the sweep: the
 default config's) on the same inputs and states, relative to the output's largest value.
 On the CPU (--device cpu: Triton's interpreter) the times are wall times: a smoke run only.
+A call that fails (a compile error, too much shared memory) shows its error in its row; an
+illegal memory access poisons the CUDA context, so every later row fails too: rerun with
+`--sweep CONFIG ...` without the config that did it.
 """
 
 from __future__ import annotations
