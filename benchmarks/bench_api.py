@@ -21,7 +21,6 @@ GPU, bounds the run (docs/BENCHMARKS.md).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import cProfile
 import json
 import os
@@ -69,6 +68,8 @@ def one_token_each(running: dict[int, int], vocab: int) -> list[TokenFrame]:
 def stand_in_worker(ipc: str, tick_s: float, report: str) -> None:
     """The worker's side of the link, at a fixed iteration time; writes its occupancy (mean
     running requests over the ticks with any) and tokens sent to `report` on Shutdown."""
+    for sig in (signal.SIGINT, signal.SIGTERM):  # its server's stop reaches the whole process
+        signal.signal(sig, signal.SIG_IGN)  # group: it ends on the Shutdown the server sends
     ctx = zmq.Context()
     inbox, outbox = ctx.socket(zmq.PULL), ctx.socket(zmq.PUSH)
     inbox.bind(f"ipc://{ipc}/to_worker")
@@ -107,76 +108,41 @@ def stand_in_worker(ipc: str, tick_s: float, report: str) -> None:
     ctx.term()
 
 
-async def _api(ipc: str, port: int) -> None:
-    from aiohttp import web
+def api_server(port: int, tick_ms: float, report: str, profile: str | None) -> None:
+    """The API server as `engine serve` runs it (engine.serve.serve: the port, the IPC
+    directory, the signals, the worker's start and stop), its worker the stand-in."""
+    from engine.config import load_scenario
+    from engine.serve import serve
 
-    from engine.api.server import build_app, on_ready
-    from engine.api.worker_client import WorkerClient
-    from engine.tokenizer import ByteTokenizer
+    def stand_in(ipc: str) -> list[str]:
+        return [sys.executable, "-m", "benchmarks.bench_api", "--role", "worker", "--ipc", ipc,
+                "--tick-ms", str(tick_ms), "--report", report]  # fmt: skip
 
-    client = WorkerClient(ipc)
-    client.start()
-    app = build_app(client, "qwen35", 1 << 24)
-    runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    ready = await client.ready
-    on_ready(app, ready.vocab_size, ready.max_model_len, ByteTokenizer())
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
-    client.shutdown_worker()
-    await runner.cleanup()
-    client.close()
-
-
-def api_server(ipc: str, port: int, profile: str | None) -> None:
-    """The API server as `engine serve` builds it, minus the worker it would start."""
-    if profile is None:
-        asyncio.run(_api(ipc, port))
-        return
-    prof = cProfile.Profile()
-    prof.enable()
-    asyncio.run(_api(ipc, port))
-    prof.disable()
-    with open(profile, "w") as out:
-        pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(40)
-
-
-def _wait_health(port: int, timeout_s: float = 30.0) -> None:
-    import http.client
-
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
-            conn.request("GET", "/health")
-            if conn.getresponse().status == 200:
-                return
-        except OSError:
-            pass
-        time.sleep(0.1)
-    raise SystemExit(f"the API server on port {port} did not become healthy in {timeout_s:g} s")
+    scenario = load_scenario("qwen35", "0.8b")
+    prof = cProfile.Profile() if profile else None
+    if prof:
+        prof.enable()
+    serve(scenario, "127.0.0.1", port, worker_command=stand_in)
+    if prof:
+        prof.disable()
+        with open(profile, "w") as out:
+            pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(40)
 
 
 def run(args: argparse.Namespace) -> dict:
-    from harness.measure.server import free_port
+    from harness.measure.server import ServerProcess, free_port
 
-    ipc = tempfile.mkdtemp(prefix="bench-api-")
+    report = os.path.join(tempfile.mkdtemp(prefix="bench-api-"), "worker.json")
     port = free_port()
-    report = os.path.join(ipc, "worker.json")
-    me = [sys.executable, "-m", "benchmarks.bench_api"]
-    worker = subprocess.Popen([*me, "--role", "worker", "--ipc", ipc, "--tick-ms",
-                               str(args.tick_ms), "--report", report])  # fmt: skip
-    api = subprocess.Popen([*me, "--role", "api", "--ipc", ipc, "--port", str(port),
-                            *(["--profile", args.profile] if args.profile else [])])  # fmt: skip
+    command = [sys.executable, "-m", "benchmarks.bench_api", "--role", "api", "--port", str(port),
+               "--tick-ms", str(args.tick_ms), "--report", report,
+               *(["--profile", args.profile] if args.profile else [])]  # fmt: skip
+    api = ServerProcess("qwen35", port=port, command=command).start()
     try:
-        _wait_health(port)
+        api.wait_healthy(timeout=60)
         out = Path(args.out or tempfile.mkdtemp(prefix="bench-api-run-"))
         measure = subprocess.run(
-            [sys.executable, "-m", "harness", "measure", f"http://127.0.0.1:{port}",
+            [sys.executable, "-m", "harness", "measure", api.url,
              "--scenario", "qwen35", "--size", args.size, "-c", str(args.concurrency),
              "--requests", str(args.requests), "--warmup", str(args.warmup),
              "--out", str(out), "--overwrite", "--json"],
@@ -186,9 +152,7 @@ def run(args: argparse.Namespace) -> dict:
             raise SystemExit(f"bench measure failed ({measure.returncode}):\n{measure.stderr}")
         summary = json.loads(measure.stdout[measure.stdout.index("{") :])
     finally:
-        api.send_signal(signal.SIGINT)  # the API server sends the stand-in its Shutdown
-        api.wait(timeout=20)
-        worker.wait(timeout=20)
+        api.stop()  # the server sends the stand-in its Shutdown, which writes its report
     import pandas as pd
 
     stand_in = json.loads(Path(report).read_text())
@@ -227,7 +191,7 @@ def main() -> None:
     if args.role == "worker":
         stand_in_worker(args.ipc, args.tick_ms / 1000.0, args.report)
     elif args.role == "api":
-        api_server(args.ipc, args.port, args.profile)
+        api_server(args.port, args.tick_ms, args.report, args.profile)
     else:
         print(json.dumps(run(args), indent=1))
 

@@ -16,6 +16,7 @@ import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import asdict
 
 from aiohttp import web
@@ -47,6 +48,9 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+WorkerCommand = Callable[[str], list[str]]  # the IPC directory -> the worker's argv
+
+
 def _worker_command(scenario: Scenario, ipc_path: str, server_id: str) -> list[str]:
     spec = {
         "model": asdict(scenario.model),
@@ -72,7 +76,12 @@ WORKER_EXIT_S = 1.0  # the worker exits after Shutdown, else it is killed
 
 
 async def _serve(
-    scenario: Scenario, tokenizer: Tokenizer, sock: socket.socket, ipc_path: str, server_id: str
+    scenario: Scenario,
+    tokenizer: Tokenizer,
+    sock: socket.socket,
+    ipc_path: str,
+    server_id: str,
+    worker_command: WorkerCommand | None,
 ) -> int:
     host, port = sock.getsockname()[:2]
     client = WorkerClient(ipc_path)
@@ -84,7 +93,8 @@ async def _serve(
     )
     await runner.setup()
     await web.SockSite(runner, sock).start()
-    worker = subprocess.Popen(_worker_command(scenario, ipc_path, server_id))
+    command = worker_command or (lambda ipc: _worker_command(scenario, ipc, server_id))
+    worker = subprocess.Popen(command(ipc_path))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -141,7 +151,15 @@ async def _wait_worker(proc: subprocess.Popen, exited: asyncio.Future) -> None:
         await exited
 
 
-def serve(scenario: Scenario, host: str, port: int, server_id: str | None = None) -> int:
+def serve(
+    scenario: Scenario,
+    host: str,
+    port: int,
+    server_id: str | None = None,
+    worker_command: WorkerCommand | None = None,
+) -> int:
+    """Serve until stopped; the exit code. `worker_command(ipc_path)`: the worker process's
+    argv in place of the engine's worker (benchmarks/bench_api.py's stand-in)."""
     try:
         tokenizer = load_tokenizer(scenario.model.tokenizer, scenario.model.path)
     except TokenizerError as exc:
@@ -160,7 +178,7 @@ def serve(scenario: Scenario, host: str, port: int, server_id: str | None = None
         scenario.engine.device,
     )
     try:
-        return asyncio.run(_serve(scenario, tokenizer, sock, ipc_path, server_id))
+        return asyncio.run(_serve(scenario, tokenizer, sock, ipc_path, server_id, worker_command))
     finally:
         sock.close()
         ipc_dirs.remove(ipc_path)

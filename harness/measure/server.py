@@ -123,7 +123,11 @@ class ServerProcess:
         log_path: str | Path | None = None,
         server_id: str | None = None,
         python: str = sys.executable,
+        command: list[str] | None = None,
     ):
+        """`command`: another server's argv in place of `engine serve` (a benchmark's own
+        assembly, e.g. benchmarks/bench_api.py), listening on `port`; then `scenario`, `size`,
+        `overrides` and `server_id` are not used."""
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = Path(log_path) if log_path else None
@@ -134,7 +138,7 @@ class ServerProcess:
             cmd += ["--set", overrides]
         if server_id:
             cmd += ["--server-id", server_id]
-        self.cmd = cmd
+        self.cmd = command or cmd
         self.cwd = str(cwd) if cwd else None
         self.env = {**os.environ, **(env or {})}
         if self.cwd:  # run the engine of that tree, not the one installed here
