@@ -302,7 +302,7 @@ def run_sweep(
             show(sample)
         samples += [sample for _, sample in rows]
         best = combine_winners(axis_winners(rows))
-        if best not in configs:
+        if best is not None and best not in configs:
             sample = Sample(str(shape), args.sweep_path, state_dtype, str(best), "combined")
             measure(bench, sample, best, want)
             samples.append(sample)

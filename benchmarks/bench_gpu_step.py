@@ -103,6 +103,9 @@ def main(argv: list[str] | None = None) -> None:
         "--piecewise-gdn", action=argparse.BooleanOptionalAction, default=False
     )
     parser.add_argument("--gdn-prefill", default="auto", choices=list(GDN_PREFILL))
+    parser.add_argument(  # engine.gdn_split: the split kernel's launch configuration
+        "--gdn-split", default="default", help="SplitConfig's fields, e.g. states_bv=32"
+    )
     parser.add_argument(
         "--decode-tensor-cores", action=argparse.BooleanOptionalAction, default=False
     )
@@ -119,7 +122,7 @@ def main(argv: list[str] | None = None) -> None:
     engine = build(
         scenario, args.batch, args.context, steps, args.kernels, args.graphs,
         piecewise_graphs=args.piecewise, piecewise_gdn=args.piecewise_gdn, mixing=args.mixing,
-        gdn_prefill=args.gdn_prefill,
+        gdn_prefill=args.gdn_prefill, gdn_split=args.gdn_split,
         decode_tensor_cores=args.decode_tensor_cores, state_dtype=args.state_dtype,
         max_rows=args.batch + max((int(p.split("x")[0]) for p in args.prefill), default=0),
     )  # fmt: skip
@@ -175,8 +178,9 @@ def main(argv: list[str] | None = None) -> None:
         print(
             f"{'mixed' if args.mixing else 'prefill'} step, {rows} new x {length} tokens beside "
             f"{args.batch} decoding, piecewise {engine.piecewise is not None}, Gated DeltaNet "
-            f"{'captured' if args.piecewise_gdn else args.gdn_prefill}: median "
-            f"{statistics.median(times):.3f} ms (p10 {min(times):.3f}) over {len(times)} steps"
+            f"{'captured' if args.piecewise_gdn else args.gdn_prefill} (split "
+            f"{engine.ops.gdn_split if hasattr(engine.ops, 'gdn_split') else '-'}): median "
+            f"{statistics.median(times):.3f} ms (min {min(times):.3f}) over {len(times)} steps"
         )
 
 

@@ -22,11 +22,12 @@ class HostLayout:
     kv_last_page_len: torch.Tensor  # [R] int32, tokens in each row's last page
     qo_indptr: torch.Tensor  # [R + 1] int32, the same as cu_seqlens
     cu_seqlens: np.ndarray  # [R + 1] int64 numpy, for kernels that size their grid on the host
-    # The longest row's new tokens and its KV length, for FlashInfer's prefill plan, which
-    # otherwise finds them with Python's max over a tensor (an element-wise loop of aten
-    # calls: ~0.3 ms of host time each at 64 rows, profiled on the H200, session 6)
+    # The longest row's new tokens, for FlashInfer's prefill plan, which otherwise finds it
+    # with Python's max over a tensor (an element-wise loop of aten calls: ~0.3 ms of host
+    # time at 64 rows, profiled on the H200, session 6). Its KV twin, `max_sequence_kv`, is
+    # not handed over: FlashInfer 0.6.18's plan then skips building the host KV indptr it
+    # reads later (UnboundLocalError `paged_kv_indptr_host`, every prefill step, session 7).
     max_q_len: int
-    max_kv_len: int
 
 
 @dataclass

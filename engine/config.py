@@ -55,6 +55,11 @@ class EngineConfig:
     # kernel, ~9 launches a layer). Ours run a mixed step's decode rows through the recurrence.
     # "auto" is the default since session 5 (faster than either alone at every step measured).
     gdn_prefill: str = "auto"
+    # How the split Gated DeltaNet kernel (triton_split, `auto`'s long rows, and the captured
+    # form of piecewise_gdn) launches: SplitConfig's fields as `name=value,...`
+    # (engine/kernels/gdn_config.py; e.g. `states_bv=32,outputs_bv=64`), "default" for its
+    # defaults. A setting so that a tuned launch can be an arm of `bench run`.
+    gdn_split: str = "default"
     # The storage of the recurrent (Gated DeltaNet) state slots: "float32", or "bfloat16",
     # which halves a decode step's state traffic (vLLM's default keeps it in the model's
     # dtype); the math on it is fp32 either way.
@@ -94,6 +99,16 @@ class EngineConfig:
     overlap: bool = False
     # Planted slowdown of the worker loop, for `bench power` and harness tests only.
     planted_delay_us: int = 0
+
+    def __post_init__(self) -> None:
+        # checked here, not when the worker builds its ops: a bad arm of `bench run` is then a
+        # one-line error before any server starts
+        from engine.kernels.gdn_config import parse_split_config  # plain Python, no triton
+
+        try:
+            parse_split_config(self.gdn_split)
+        except ValueError as exc:
+            raise ConfigError(f"engine.gdn_split: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -209,10 +224,11 @@ def cuda_available() -> bool:
 def parse_overrides(text: str | None) -> dict[str, object]:
     """`engine.mixing=true,load.requests=64` -> {"engine.mixing": True, "load.requests": 64}.
 
-    A comma starts a new item only when a `key=` follows it, so `model.eos_token_ids=[1,2]`
-    stays one item."""
+    A comma starts a new item only when a `section.key=` follows it, so
+    `model.eos_token_ids=[1,2]` and `engine.gdn_split=states_bv=32,outputs_bv=64` stay one
+    item each."""
     out: dict[str, object] = {}
-    parts = re.split(r",(?=\s*[A-Za-z_][\w.]*=)", text or "")
+    parts = re.split(r",(?=\s*[A-Za-z_]\w*\.[\w.]*=)", text or "")
     for item in filter(None, (part.strip() for part in parts)):
         key, sep, value = item.partition("=")
         if not sep or not key.strip():

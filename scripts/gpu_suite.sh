@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every GPU test and benchmark of the project, for one `device` run (see docs/BENCHMARKS.md):
 #   bash scripts/gpu_suite.sh STAGE...  STAGE: tests | quick | step | prefill | options | mixed |
-#   splitstep | stacks | accuracy | gdn | gdncap | gdnbench | run | evidence | orpheus |
+#   splitstep | splittune | stacks | accuracy | gdn | gdncap | gdnbench | run | evidence | orpheus |
 #   orpheus_step | codec | codec_overlap | codec_kernels | all
 # with carry [".whl", ".jitcache"]. Logs go under $OUT (default ./gpu-out). JIT caches
 # (FlashInfer, Triton) are restored from .jitcache/ when present and saved to $OUT/jit-*.
@@ -103,6 +103,29 @@ for stage in "${stages[@]}"; do
             | grep -E "step,|Error|error" | tee -a "$OUT/bench_step.log"
         done
       done ;;
+    splittune)  # the split kernel tuned (engine.gdn_split; session 7's sweep of the captured
+      # form picked these axes): eager split and captured form against their defaults at the
+      # kernel (bench_gdn_kernels), then whole steps, each setting beside 64 decoding rows:
+      # auto (today's default), triton_split tuned, piecewise_gdn tuned; then the two 0.8b
+      # tests fixed in session 6 and FlashInfer's, in what time is left of the call
+      tuned=${SPLIT_EAGER:-states_bv=32,states_warps=2,states_stages=1,outputs_bv=64,scores_in_prepare=true}
+      captured=${SPLIT_CAPTURED:-$tuned,fixed_recurrent_rows=16,fixed_states_rows=4,fixed_chunks=16}
+      timeout 150 python3 -m benchmarks.bench_gdn_kernels --paths --state-dtypes float32 \
+        --sweep-path triton_split --sweep "$tuned" --json "$OUT/gdn_tune_eager.jsonl" 2>&1 \
+        | tee "$OUT/gdn_tune.log"
+      timeout 150 python3 -m benchmarks.bench_gdn_kernels --paths --state-dtypes float32 \
+        --sweep "$captured" "${captured/fixed_states_rows=4/fixed_states_rows=1}" \
+        --json "$OUT/gdn_tune_captured.jsonl" 2>&1 | tee -a "$OUT/gdn_tune.log"
+      for arm in "--gdn-prefill auto" "--gdn-prefill triton_split --gdn-split $tuned" \
+                 "--piecewise-gdn --gdn-split $captured"; do
+        timeout 200 python3 -m benchmarks.bench_gpu_step --batch 64 --context 512 --steps 30 \
+          --graphs --piecewise $arm --prefill 1x128 1x384 4x256 1x1536 2>&1 \
+          | grep -E "step,|Error|error" | tee -a "$OUT/bench_step.log"
+      done
+      left=$((570 - SECONDS))
+      [ $left -gt 60 ] && timeout $left python3 -m pytest -m gpu -q -rA tests/test_gpu.py \
+        tests/test_gpu_kernels.py -k "08b_piecewise or flashinfer" 2>&1 | tail -n 30 \
+        | tee "$OUT/gpu_tests.log" ;;
     stacks)  # the host calls of a decode step (batch 64, graphs) and of a mixed step (1 x 384
       # beside 64 decoding) by Python line
       timeout 150 python3 -m benchmarks.bench_gpu_step --batch 64 --context 512 --steps 5 \

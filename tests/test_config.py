@@ -29,6 +29,9 @@ def test_overrides_are_typed():
     s = load_scenario("orpheus", "tiny", parse_overrides("engine.codec_overlap=true"))
     assert s.engine.codec_overlap is True and s.to_dict()["engine"]["codec_overlap"] is True
     assert load_scenario("orpheus", "3b").engine.codec_overlap is False  # until measured
+    text = "engine.gdn_split=states_bv=32,outputs_bv=64,engine.mixing=true"
+    s = load_scenario("qwen35", "tiny", parse_overrides(text))  # a split config's commas
+    assert (s.engine.gdn_split, s.engine.mixing) == ("states_bv=32,outputs_bv=64", True)
 
 
 @pytest.mark.parametrize("name,size,overrides,message", [
@@ -43,6 +46,8 @@ def test_overrides_are_typed():
     ("qwen35", "tiny", "load.prompt_tokens=[5,2]", "1 <= low <= high"),
     ("qwen35", "tiny", "mixing=true", "must be model.X, engine.X or load.X"),
     ("qwen35", "tiny", "engine.mixing", "is not key=value"),
+    ("qwen35", "tiny", "engine.gdn_split=states_bv=12", "engine.gdn_split: states_bv must be"),
+    ("qwen35", "tiny", "engine.gdn_split=chunk=32,warps=8", "unknown split config field 'warps'"),
 ])  # fmt: skip
 def test_bad_scenarios_and_overrides_are_clear_errors(name, size, overrides, message):
     with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("(", r"\(")):

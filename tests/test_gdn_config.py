@@ -37,6 +37,7 @@ def test_the_default_is_the_launch_before_the_config():
         ({"outputs_warps": 3}, "outputs_warps"),
         ({"prepare_stages": 0}, "prepare_stages"),
         ({"fixed_chunks": 0}, "fixed_chunks"),
+        ({"chunk": 64, "states_warps": 8}, "chunk 64 with states_warps >= 8"),
     ],
 )
 def test_an_illegal_field_fails_loudly(fields, message):
@@ -71,3 +72,4 @@ def test_combine_winners_joins_the_changed_fields():
     winners = [SplitConfig(states_warps=8), SplitConfig(fixed_chunks=16), SplitConfig()]
     assert combine_winners(winners) == SplitConfig(states_warps=8, fixed_chunks=16)
     assert combine_winners([]) == SPLIT_DEFAULT
+    assert combine_winners([SplitConfig(chunk=64), SplitConfig(outputs_warps=8)]) is None

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from engine.config import ConfigError
+from engine.kernels.gdn_config import parse_split_config
 from engine.kernels.torch_ops import TORCH_OPS
 
 BACKENDS = ("auto", "torch", "cuda")
@@ -39,18 +40,26 @@ def build_ops(
     gdn_prefill: str = "auto",
     decode_tensor_cores: bool = False,
     piecewise_gdn: bool = False,
+    gdn_split: str = "default",
 ):
     """The ops object a step's ForwardBatch carries for `model` on `device`; `slots` host
     buffers for the resources that declare `force_double_buffer`; `gdn_prefill` names the
     Gated DeltaNet kernel of bf16/fp16 prefill and mixed steps (GDN_PREFILL);
     `decode_tensor_cores` runs FlashInfer's decode attention on tensor cores; `piecewise_gdn`
-    makes the CUDA ops' Gated DeltaNet capturable (engine.piecewise_gdn)."""
+    makes the CUDA ops' Gated DeltaNet capturable (engine.piecewise_gdn); `gdn_split` is the
+    split kernel's launch configuration (engine.gdn_split, SplitConfig's text)."""
     if gdn_prefill not in GDN_PREFILL:
         raise ConfigError(
             f"engine.gdn_prefill must be one of {', '.join(GDN_PREFILL)}, got {gdn_prefill!r}"
         )
+    try:
+        split = parse_split_config(gdn_split)
+    except ValueError as exc:
+        raise ConfigError(f"engine.gdn_split: {exc}") from None
     if resolve_backend(name, device) == "torch":
         return TORCH_OPS
     from engine.kernels.cuda_ops import CudaOps  # imports triton: only where CUDA runs
 
-    return CudaOps(model, device, page_size, slots, gdn_prefill, decode_tensor_cores, piecewise_gdn)
+    return CudaOps(
+        model, device, page_size, slots, gdn_prefill, decode_tensor_cores, piecewise_gdn, split
+    )

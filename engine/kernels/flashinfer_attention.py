@@ -82,7 +82,7 @@ class FlashInferAttention:
             wrapper.plan(
                 host.qo_indptr, host.kv_indptr, batch.kv_indices, host.kv_last_page_len,
                 *self.shape, causal=True, **types,
-                max_token_per_sequence=host.max_q_len, max_sequence_kv=host.max_kv_len,
+                max_token_per_sequence=host.max_q_len,
             )  # fmt: skip
         self._active = wrapper
         return slot

@@ -70,6 +70,12 @@ class SplitConfig:
             count = getattr(self, name)
             if count is not None and count < 1:
                 problems.append(f"{name} must be None or a positive count, got {count}")
+        wide = [k for k in ("prepare", "states", "outputs") if getattr(self, f"{k}_warps") >= 8]
+        if self.chunk == 64 and wide:  # see SWEEP_AXES: wrong outputs on the H200, session 7
+            problems.append(
+                f"chunk 64 with {', '.join(wide)}_warps >= 8 computed wrong outputs on the H200 "
+                "(an illegal address at 4 x 256 tokens); not allowed until a test explains it"
+            )
         if problems:
             raise ValueError("; ".join(problems))
 
@@ -123,7 +129,12 @@ def parse_split_config(text: str) -> SplitConfig:
 # and a few combinations whose parts only pay together (a 64-token chunk needs more warps to
 # keep its tiles in registers). Every entry compiles for sm_90 within the shared memory a
 # block may have (tests/test_triton_compile.py); the benchmark then times each and combines
-# each shape's winning values of the axes in one more config.
+# each shape's winning values of the axes in one more config. Dropped after the H200 ran it
+# (session 7): chunk 64 with 8 warps in every pass, whose outputs were wrong at 128 and 384
+# tokens (max error 1.1 and 0.95 against the default's, where `chunk=64` alone is within
+# 3e-3) and which hit an illegal address at 4 x 256, leaving the CUDA context unusable for
+# every config after it. Its cause is not known; a kernel that reads past a tile at that
+# size is the first suspect, so do not put it back before a test explains it.
 SWEEP_AXES: dict[str, tuple] = {
     "chunk": (16, 64),
     "prepare_warps": (2, 8),
@@ -138,7 +149,6 @@ SWEEP_AXES: dict[str, tuple] = {
     "scores_in_prepare": (True,),
 }
 SWEEP_COMBINED = (
-    {"chunk": 64, "prepare_warps": 8, "states_warps": 8, "outputs_warps": 8},
     {"states_bv": 32, "states_warps": 8},
     {"states_bv": 64, "states_warps": 8},
     {"outputs_bv": 32, "outputs_warps": 8},
@@ -162,12 +172,16 @@ def split_sweep(chunk: int | None = None) -> list[SplitConfig]:
     return [c for c in configs if chunk is None or c.chunk == chunk]
 
 
-def combine_winners(winners: list[SplitConfig]) -> SplitConfig:
+def combine_winners(winners: list[SplitConfig]) -> SplitConfig | None:
     """One config with every field any of `winners` changed from the default (a later winner's
-    value where two change the same field): the sweep's per-shape combination."""
+    value where two change the same field): the sweep's per-shape combination; None where
+    that combination is not a legal config (e.g. chunk 64 beside 8 warps)."""
     changed: dict[str, object] = {}
     for config in winners:
         for f in dataclasses.fields(config):
             if getattr(config, f.name) != f.default:
                 changed[f.name] = getattr(config, f.name)
-    return SplitConfig(**changed)
+    try:
+        return SplitConfig(**changed)
+    except ValueError:
+        return None

@@ -125,7 +125,7 @@ class Engine:
             raise ConfigError("engine.piecewise_gdn needs engine.piecewise_graphs: true")
         self.ops = build_ops(
             config.kernels, model, self.device, config.page_size, slots, config.gdn_prefill,
-            config.decode_tensor_cores, config.piecewise_gdn,
+            config.decode_tensor_cores, config.piecewise_gdn, config.gdn_split,
         )  # fmt: skip
         max_pages = self.cache.pages_for(config.max_model_len)
         self.inputs = StepInputs(

@@ -150,7 +150,6 @@ class StepInputs:
             table[np.arange(width)[None, :] < row_pages[:, None]] = kv_indices
             parts["page_table"] = table
         host, dev = self._send(parts)
-        longest = int(num_new.max()), int(seq_lens[:real].max(initial=1))  # padding rows' KV: 1
         return ForwardBatch(
             input_ids=dev["input_ids"],
             positions=dev["positions"],
@@ -168,7 +167,7 @@ class StepInputs:
             kv_indices=dev["kv_indices"],
             last_index=dev["last_index"],
             host=HostLayout(
-                host["kv_indptr"], host["kv_last_page_len"], host["cu_seqlens"], cu, *longest
+                host["kv_indptr"], host["kv_last_page_len"], host["cu_seqlens"], cu, int(num_new.max())
             ),
             gdn_tables=self._gdn_tables(dev) if gdn_tables else None,
         )
