@@ -60,6 +60,10 @@ class EngineConfig:
     # (engine/kernels/gdn_config.py; e.g. `states_bv=32,outputs_bv=64`), "default" for its
     # defaults. A setting so that a tuned launch can be an arm of `bench run`.
     gdn_split: str = "default"
+    # `auto`'s threshold: a step whose longest chunked row has this many new tokens or more
+    # runs the split kernel, a shorter one the one-launch kernel (whose single launch costs
+    # less host time; measured on the H200 in session 7: split ahead from 256 tokens).
+    gdn_split_from_tokens: int = 256
     # The storage of the recurrent (Gated DeltaNet) state slots: "float32", or "bfloat16",
     # which halves a decode step's state traffic (vLLM's default keeps it in the model's
     # dtype); the math on it is fp32 either way.

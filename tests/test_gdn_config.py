@@ -1,5 +1,5 @@
 """The split Gated DeltaNet kernel's launch configuration (engine/kernels/gdn_config.py): the
-default is the launch the kernels had before it, a bad field fails loudly, text round-trips,
+default is the H200 sweep's winner and the legacy launch stays nameable, a bad field fails loudly, text round-trips,
 and the sweep holds legal, distinct configs. (That each compiles for sm_90:
 tests/test_triton_compile.py; that the options compute the reference's result:
 tests/test_triton_interpret.py.)"""
@@ -10,6 +10,7 @@ import pytest
 
 from engine.kernels.gdn_config import (
     SPLIT_DEFAULT,
+    SPLIT_LEGACY,
     SWEEP_AXES,
     SplitConfig,
     combine_winners,
@@ -19,13 +20,17 @@ from engine.kernels.gdn_config import (
 from engine.kernels.gdn_tables import CHUNK
 
 
-def test_the_default_is_the_launch_before_the_config():
-    assert SPLIT_DEFAULT.chunk == CHUNK == 32
-    assert (SPLIT_DEFAULT.states_bv, SPLIT_DEFAULT.outputs_bv) == (16, 16)
-    for kernel in ("prepare", "states", "outputs"):  # Triton's defaults for a launch
-        assert SPLIT_DEFAULT.launch(kernel) == {"num_warps": 4, "num_stages": 3}
-    assert SPLIT_DEFAULT.fixed_states_rows is None and not SPLIT_DEFAULT.scores_in_prepare
+def test_the_default_is_the_h200_sweep_winner_and_the_legacy_launch_is_kept():
+    assert SPLIT_DEFAULT.chunk == SPLIT_LEGACY.chunk == CHUNK == 32  # the captured tables'
+    assert (SPLIT_DEFAULT.states_bv, SPLIT_DEFAULT.outputs_bv) == (32, 64)
+    assert SPLIT_DEFAULT.launch("states") == {"num_warps": 2, "num_stages": 1}
+    assert SPLIT_DEFAULT.fixed_states_rows == 4 and SPLIT_DEFAULT.scores_in_prepare
     assert str(SPLIT_DEFAULT) == "default"
+    assert (SPLIT_LEGACY.states_bv, SPLIT_LEGACY.outputs_bv) == (16, 16)
+    for kernel in ("prepare", "states", "outputs"):  # Triton's defaults for a launch
+        assert SPLIT_LEGACY.launch(kernel) == {"num_warps": 4, "num_stages": 3}
+    assert SPLIT_LEGACY.fixed_states_rows is None and not SPLIT_LEGACY.scores_in_prepare
+    assert parse_split_config(str(SPLIT_LEGACY)) == SPLIT_LEGACY  # nameable as a bench arm
 
 
 @pytest.mark.parametrize(
@@ -49,8 +54,8 @@ def test_text_round_trips_and_bad_text_says_what_is_wrong():
     for config in split_sweep():
         assert parse_split_config(str(config)) == config
     assert parse_split_config("") == parse_split_config("default") == SPLIT_DEFAULT
-    config = parse_split_config("chunk=64, fixed_states_rows=none,scores_in_prepare=true")
-    assert config == SplitConfig(chunk=64, scores_in_prepare=True)
+    config = parse_split_config("chunk=64, fixed_states_rows=none,scores_in_prepare=false")
+    assert config == SplitConfig(chunk=64, fixed_states_rows=None, scores_in_prepare=False)
     with pytest.raises(ValueError, match="unknown split config field 'warps'"):
         parse_split_config("warps=8")
     with pytest.raises(ValueError, match="whole number"):
@@ -61,7 +66,7 @@ def test_text_round_trips_and_bad_text_says_what_is_wrong():
 
 def test_the_sweep_starts_at_the_default_and_tries_every_axis_value_alone():
     configs = split_sweep()
-    assert configs[0] == SPLIT_DEFAULT and len(set(configs)) == len(configs)
+    assert configs[:2] == [SPLIT_DEFAULT, SPLIT_LEGACY] and len(set(configs)) == len(configs)
     for axis, values in SWEEP_AXES.items():
         for value in values:
             assert SplitConfig(**{axis: value}) in configs, (axis, value)
@@ -69,7 +74,7 @@ def test_the_sweep_starts_at_the_default_and_tries_every_axis_value_alone():
 
 
 def test_combine_winners_joins_the_changed_fields():
-    winners = [SplitConfig(states_warps=8), SplitConfig(fixed_chunks=16), SplitConfig()]
-    assert combine_winners(winners) == SplitConfig(states_warps=8, fixed_chunks=16)
+    winners = [SplitConfig(states_warps=8), SplitConfig(fixed_chunks=None), SplitConfig()]
+    assert combine_winners(winners) == SplitConfig(states_warps=8, fixed_chunks=None)
     assert combine_winners([]) == SPLIT_DEFAULT
     assert combine_winners([SplitConfig(chunk=64), SplitConfig(outputs_warps=8)]) is None

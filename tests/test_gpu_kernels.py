@@ -52,7 +52,6 @@ def _batch(cached: list[int], new: list[int], slots: list[int], pages: list[list
         torch.tensor(cu, **i32),
         torch.tensor(cu).numpy(),
         max(new),
-        max(seq),
     )
     return ForwardBatch(
         input_ids=torch.zeros(len(slot_map), device=CUDA, **i32),

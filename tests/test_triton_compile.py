@@ -16,7 +16,7 @@ import torch
 pytest.importorskip("triton")
 
 from engine.kernels import offline  # noqa: E402
-from engine.kernels.gdn_config import SPLIT_DEFAULT, split_sweep  # noqa: E402
+from engine.kernels.gdn_config import SPLIT_DEFAULT, SPLIT_LEGACY, split_sweep  # noqa: E402
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
@@ -51,7 +51,7 @@ def test_every_config_the_split_sweep_tries_compiles_for_sm90():
     differ from the default's where they change a constexpr, an option or an argument's type
     (the scores scratch); those compile once each, in parallel."""
     configs = split_sweep()
-    assert configs[0] == SPLIT_DEFAULT and len(set(configs)) == len(configs)
+    assert configs[:2] == [SPLIT_DEFAULT, SPLIT_LEGACY] and len(set(configs)) == len(configs)
     results = offline.compile_split_configs(configs)
     kernels = {r.kernel for r in results}
     assert kernels == {

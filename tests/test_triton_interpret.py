@@ -30,7 +30,7 @@ import json
 from types import SimpleNamespace
 import torch
 from engine.kernels import triton_gdn
-from engine.kernels.gdn_config import SplitConfig
+from engine.kernels.gdn_config import SPLIT_LEGACY, SplitConfig
 from engine.layers.gated_delta import gdn_gates, torch_gated_delta_rule_recurrent
 
 HK, HV, DK, DV = 2, 4, 16, 32
@@ -64,7 +64,7 @@ def reference(qkv, a, b, A_log, dt_bias, state0, meta):
 CHECK = r"""
 # launch configurations that change what the kernels do, not only how they are launched
 SPLIT_OPTIONS = {
-    "scores": SplitConfig(scores_in_prepare=True),
+    "legacy": SPLIT_LEGACY,  # the default computes the scores in the prepare pass; this doesn't
     "blocks": SplitConfig(states_bv=8, outputs_bv=32),
     "scores64": SplitConfig(chunk=64, scores_in_prepare=True, outputs_bv=8),
 }
@@ -103,7 +103,7 @@ print(json.dumps(report))
 # mixed step's decode rows, their slots holding states) through the recurrence, the rest
 # chunked: rows past a chunk, continuing a slot and fresh, and a later one-token row, which
 # stays chunked. Also a step of one-token rows alone and one with none leading. `auto-split`
-# lowers SPLIT_FROM_TOKENS so that `auto` takes the split kernel on these short rows.
+# lowers `auto`'s threshold (split_from) so that it takes the split kernel on these short rows.
 MIXED_CHECK = r"""
 steps = {
     "mixed": ([1, 1, 1, 40, 5, 1, 20], [4, 9, 2, 0, 6, 3, 0], [3, 0, 7, 5, 2, 8, 6]),
@@ -121,10 +121,11 @@ for name, (lengths, cached, slots) in steps.items():
     state0 = torch.randn(10, HV, DK, DV) * 0.3
     want, want_state = reference(qkv, a, b, A_log, dt_bias, state0, step(lengths, cached, slots))
     for label, kind in kinds.items():
-        triton_gdn.SPLIT_FROM_TOKENS = 32 if label == "auto-split" else 512
+        split_from = 32 if label == "auto-split" else 512
         state = state0.clone()
         meta = step(lengths, cached, slots)
-        out = triton_gdn.gated_delta_prefill(kind, qkv, a, b, A_log, dt_bias, state, meta, HK, DK, DV)
+        out = triton_gdn.gated_delta_prefill(kind, qkv, a, b, A_log, dt_bias, state, meta, HK, DK, DV,
+                                             split_from=split_from)
         report[f"{name}-{label}"] = {
             "out": (out - want).abs().max().item(),
             "state": (state - want_state).abs().max().item(),
@@ -149,14 +150,17 @@ from engine.layers.gated_delta import torch_causal_conv1d
 from engine.worker.step_inputs import StepInputs
 
 BUCKET, SLOTS, KW = 96, 10, 4
-# the default launch, and programs fewer than the rows and chunks (each striding over them)
-# with the scores option, in 32- and 16-token chunks
+# the default launch (fixed programs striding, the scores option), the legacy one (a program
+# per row or chunk the bucket holds), and fewer programs than the rows and chunks, in 32- and
+# 16-token chunks
 SPLITS = {
     "default": SplitConfig(),
+    "legacy": SPLIT_LEGACY,
     "persistent": SplitConfig(
         fixed_recurrent_rows=2, fixed_states_rows=1, fixed_chunks=2, scores_in_prepare=True
     ),
-    "persistent16": SplitConfig(chunk=16, fixed_states_rows=2, fixed_chunks=3),
+    "persistent16": SplitConfig(chunk=16, fixed_states_rows=2, fixed_chunks=3,
+                                scores_in_prepare=False),
 }
 inputs = {
     chunk: StepInputs(BUCKET, 16, 8, torch.device("cpu"), slots=1, gdn_chunk=chunk)
@@ -292,7 +296,7 @@ def _interpret(script: str) -> dict:
 def test_gated_deltanet_kernels_in_the_interpreter_equal_the_reference():
     report = _interpret(REFERENCE + CHECK)
     kernels = {"recurrent"} | {f"{k}{c}" for k in ("chunked", "split") for c in (16, 32, 64)}
-    kernels |= {f"split-{name}" for name in ("scores", "blocks", "scores64")}
+    kernels |= {f"split-{name}" for name in ("legacy", "blocks", "scores64")}
     assert set(report) == {f"{r}-{k}" for r in ("fast", "slow") for k in kernels}
     for name, result in report.items():
         assert result["out"] < 1e-5 and result["state"] < 1e-5, (name, result)
@@ -333,7 +337,7 @@ def test_fixed_grid_gated_deltanet_op_on_a_padded_step_equals_the_reference():
         "no-prefix": [0, 0, 3, 4],
     }
     counts16 = {"mixed": [0, 3, 7, 7], "one-token-rows": [0, 3, 3, 0], "no-prefix": [0, 0, 3, 5]}
-    splits = ("default", "persistent", "persistent16")
+    splits = ("default", "legacy", "persistent", "persistent16")
     assert set(report) == {f"{step}/{split}" for step in counts for split in splits}
     for name, result in report.items():
         step, split = name.split("/")

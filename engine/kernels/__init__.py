@@ -41,13 +41,15 @@ def build_ops(
     decode_tensor_cores: bool = False,
     piecewise_gdn: bool = False,
     gdn_split: str = "default",
+    gdn_split_from_tokens: int = 256,
 ):
     """The ops object a step's ForwardBatch carries for `model` on `device`; `slots` host
     buffers for the resources that declare `force_double_buffer`; `gdn_prefill` names the
     Gated DeltaNet kernel of bf16/fp16 prefill and mixed steps (GDN_PREFILL);
     `decode_tensor_cores` runs FlashInfer's decode attention on tensor cores; `piecewise_gdn`
     makes the CUDA ops' Gated DeltaNet capturable (engine.piecewise_gdn); `gdn_split` is the
-    split kernel's launch configuration (engine.gdn_split, SplitConfig's text)."""
+    split kernel's launch configuration (engine.gdn_split, SplitConfig's text), taken by
+    `auto` from rows of `gdn_split_from_tokens` new tokens on."""
     if gdn_prefill not in GDN_PREFILL:
         raise ConfigError(
             f"engine.gdn_prefill must be one of {', '.join(GDN_PREFILL)}, got {gdn_prefill!r}"
@@ -61,5 +63,6 @@ def build_ops(
     from engine.kernels.cuda_ops import CudaOps  # imports triton: only where CUDA runs
 
     return CudaOps(
-        model, device, page_size, slots, gdn_prefill, decode_tensor_cores, piecewise_gdn, split
+        model, device, page_size, slots, gdn_prefill, decode_tensor_cores, piecewise_gdn, split,
+        gdn_split_from_tokens,
     )

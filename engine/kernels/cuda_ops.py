@@ -60,10 +60,12 @@ class CudaOps:
         decode_tensor_cores: bool = False,
         piecewise_gdn: bool = False,
         gdn_split: SplitConfig = SPLIT_DEFAULT,
+        gdn_split_from_tokens: int = triton_gdn.SPLIT_FROM_TOKENS,
     ):
         self.device = device
         self.gdn_prefill = gdn_prefill
         self.gdn_split = gdn_split  # the split Gated DeltaNet kernel's launch configuration
+        self.gdn_split_from = gdn_split_from_tokens  # `auto`: the split kernel from this long
         # linear_attention can be captured in a CUDA graph on a step that staged its tables
         self.linear_attention_capturable = piecewise_gdn
         self.dtype = next(model.parameters()).dtype
@@ -152,7 +154,8 @@ class CudaOps:
             return triton_gdn.gated_delta_recurrent(*args, *shape)
         if self.gdn_prefill != "fla":
             return triton_gdn.gated_delta_prefill(
-                self.gdn_prefill, *args, *shape, split=self.gdn_split
+                self.gdn_prefill, *args, *shape, split=self.gdn_split,
+                split_from=self.gdn_split_from,
             )
         from fla.ops.gated_delta_rule import chunk_gated_delta_rule
 

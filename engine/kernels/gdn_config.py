@@ -1,7 +1,7 @@
 """The split Gated DeltaNet kernel's launch configuration (`SplitConfig`): its chunk size, each
 launch's value block, warps and pipeline stages, the fixed grid's program counts, and the
-options not yet measured on a GPU (off). The default is what the kernels launched before
-it existed; `SPLIT_SWEEP` is what benchmarks/bench_gdn_kernels.py --sweep tries, each config
+precomputed scores option. The default is session 7's sweep winner on the H200 (below);
+`SPLIT_LEGACY` is what the kernels launched before the config existed; `SPLIT_SWEEP` is what benchmarks/bench_gdn_kernels.py --sweep tries, each config
 legal for the H200's compiler (tests/test_triton_compile.py compiles every one for sm_90).
 
 Plain Python: the step inputs and the benchmark's argument parsing import it without triton.
@@ -28,29 +28,33 @@ class SplitConfig:
     - `<kernel>_bv`: value columns a program of the states / outputs pass (a power of two >= 8;
       the wrappers cap it at the head's value dim); `<kernel>_warps`, `<kernel>_stages`: the
       launch's num_warps and num_stages (software pipelining of a loop's loads; Triton's
-      defaults, 4 and 3, are today's).
+      defaults are 4 and 3).
     - `fixed_recurrent_rows`, `fixed_states_rows`, `fixed_chunks` (the captured form only):
       the programs along a fixed grid's bounded axis, each striding over the rows or chunks
       the step has (`PERSISTENT` in the kernels); None: one program per row or chunk the
-      bucket can hold, those past the step's count exiting (today's grid).
+      bucket can hold, those past the step's count exiting.
     - `scores_in_prepare`: the prepare pass computes each chunk's masked, decayed q k^T once
       and the outputs pass reads it, instead of every value block of the outputs pass
       recomputing it with the keys' norms and the gates (docs/KERNELS.md, "Tuning").
     """
 
+    # The defaults: the H200 sweep's winning axes (session 7, docs/KERNELS.md "Tuning"): per
+    # layer call at 4 x 256 tokens 192 -> 120 us eager, 267 -> 123 us captured; 1 x 384 82 ->
+    # 76 us eager, 175 -> 94 us captured; 1 x 1536 278 -> 290 us eager (the one shape it loses),
+    # 439 -> 329 captured. Outputs equal to the legacy launch's (same chunk: same sums).
     chunk: int = CHUNK
     prepare_warps: int = 4
     prepare_stages: int = 3
-    states_bv: int = 16
-    states_warps: int = 4
-    states_stages: int = 3
-    outputs_bv: int = 16
+    states_bv: int = 32
+    states_warps: int = 2
+    states_stages: int = 1
+    outputs_bv: int = 64
     outputs_warps: int = 4
     outputs_stages: int = 3
-    fixed_recurrent_rows: int | None = None
-    fixed_states_rows: int | None = None
-    fixed_chunks: int | None = None
-    scores_in_prepare: bool = False
+    fixed_recurrent_rows: int | None = 16
+    fixed_states_rows: int | None = 4
+    fixed_chunks: int | None = 16
+    scores_in_prepare: bool = True
 
     def __post_init__(self) -> None:
         problems = []
@@ -97,6 +101,12 @@ class SplitConfig:
 
 
 SPLIT_DEFAULT = SplitConfig()
+# The launch before the config existed (Triton's warps and stages, 16 value columns, one
+# program per row or chunk a fixed grid can hold, the scores recomputed per value block).
+SPLIT_LEGACY = SplitConfig(
+    states_bv=16, states_warps=4, states_stages=3, outputs_bv=16, fixed_recurrent_rows=None,
+    fixed_states_rows=None, fixed_chunks=None, scores_in_prepare=False,
+)
 
 
 def parse_split_config(text: str) -> SplitConfig:
@@ -126,45 +136,40 @@ def parse_split_config(text: str) -> SplitConfig:
 
 
 # What --sweep tries: one axis at a time around the default (the others at their defaults),
-# and a few combinations whose parts only pay together (a 64-token chunk needs more warps to
-# keep its tiles in registers). Every entry compiles for sm_90 within the shared memory a
-# block may have (tests/test_triton_compile.py); the benchmark then times each and combines
-# each shape's winning values of the axes in one more config. Dropped after the H200 ran it
-# (session 7): chunk 64 with 8 warps in every pass, whose outputs were wrong at 128 and 384
-# tokens (max error 1.1 and 0.95 against the default's, where `chunk=64` alone is within
-# 3e-3) and which hit an illegal address at 4 x 256, leaving the CUDA context unusable for
-# every config after it. Its cause is not known; a kernel that reads past a tile at that
-# size is the first suspect, so do not put it back before a test explains it.
+# the legacy launch, and a few combinations whose parts only pay together (more value columns
+# a program want more warps). Every entry compiles for sm_90 within the shared memory a block
+# may have (tests/test_triton_compile.py); the benchmark then times each and combines each
+# shape's winning values of the axes in one more config. Session 7's sweep (around the legacy
+# launch) also tried chunk 64 with 8 warps in every pass: its outputs were wrong at 128 and
+# 384 tokens (max error 1.1 and 0.95 against the default's, where chunk 64 alone is within
+# 3e-3) and it hit an illegal address at 4 x 256, leaving the CUDA context unusable for
+# every config after it. Its cause is not known (a kernel reading past a tile at that size is
+# the first suspect); SplitConfig refuses it until a test explains it.
 SWEEP_AXES: dict[str, tuple] = {
     "chunk": (16, 64),
     "prepare_warps": (2, 8),
-    "states_bv": (8, 32),
-    "states_warps": (2, 8),
-    "states_stages": (1, 2, 4),
-    "outputs_bv": (32, 64),
-    "outputs_warps": (8,),
-    "fixed_recurrent_rows": (16, 64),
-    "fixed_states_rows": (1, 4, 16),
-    "fixed_chunks": (16, 64),
-    "scores_in_prepare": (True,),
+    "states_bv": (16, 64),
+    "states_warps": (1, 4),
+    "states_stages": (2, 3),
+    "outputs_bv": (32, 128),
+    "outputs_warps": (2, 8),
+    "fixed_recurrent_rows": (None, 64),
+    "fixed_states_rows": (None, 1, 16),
+    "fixed_chunks": (None, 64),
+    "scores_in_prepare": (False,),
 }
 SWEEP_COMBINED = (
-    {"states_bv": 32, "states_warps": 8},
+    {"states_bv": 64, "states_warps": 4},
     {"states_bv": 64, "states_warps": 8},
-    {"outputs_bv": 32, "outputs_warps": 8},
-    {"outputs_bv": 64, "outputs_warps": 8},
     {"outputs_bv": 128, "outputs_warps": 8},
-    {"scores_in_prepare": True, "outputs_bv": 64, "outputs_warps": 8},
-    {"fixed_recurrent_rows": 64, "fixed_states_rows": 4, "fixed_chunks": 64},
-    {"fixed_recurrent_rows": 64, "fixed_states_rows": 4, "fixed_chunks": 64,
-     "scores_in_prepare": True, "states_bv": 32, "states_warps": 8},
+    {"fixed_recurrent_rows": 64, "fixed_states_rows": 1, "fixed_chunks": 64},
 )  # fmt: skip
 
 
 def split_sweep(chunk: int | None = None) -> list[SplitConfig]:
     """The configs --sweep times, the default first; with `chunk`, only those of that chunk
     (the captured form's chunk is fixed by the step inputs' tables)."""
-    configs = [SPLIT_DEFAULT]
+    configs = [SPLIT_DEFAULT, SPLIT_LEGACY]
     configs += [
         SplitConfig(**{axis: value}) for axis, values in SWEEP_AXES.items() for value in values
     ]
