@@ -50,15 +50,15 @@ def test_summarise_takes_the_median_and_deciles_and_counts_doubtful_calls():
 def test_axis_winners_keep_the_best_value_of_each_axis_that_beats_the_default():
     rows = [
         (SPLIT_DEFAULT, _sample(SPLIT_DEFAULT, [100.0])),
-        (SplitConfig(states_warps=2), _sample(SplitConfig(states_warps=2), [120.0])),
-        (SplitConfig(states_warps=8), _sample(SplitConfig(states_warps=8), [90.0])),
+        (SplitConfig(states_warps=1), _sample(SplitConfig(states_warps=1), [120.0])),
+        (SplitConfig(states_warps=4), _sample(SplitConfig(states_warps=4), [90.0])),
         (SplitConfig(fixed_states_rows=1), _sample(SplitConfig(fixed_states_rows=1), [60.0])),
-        (SplitConfig(fixed_states_rows=4), _sample(SplitConfig(fixed_states_rows=4), [70.0])),
+        (SplitConfig(fixed_states_rows=16), _sample(SplitConfig(fixed_states_rows=16), [70.0])),
         (SplitConfig(outputs_bv=32), _sample(SplitConfig(outputs_bv=32), [101.0])),
         (SplitConfig(chunk=64), _sample(SplitConfig(chunk=64), [], error="OutOfResources")),
     ]
     winners = axis_winners(rows)
-    assert winners == [SplitConfig(states_warps=8), SplitConfig(fixed_states_rows=1)]
+    assert winners == [SplitConfig(states_warps=4), SplitConfig(fixed_states_rows=1)]
 
 
 def test_best_per_shape_pairs_the_default_with_the_fastest():
