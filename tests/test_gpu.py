@@ -224,8 +224,14 @@ def test_08b_piecewise_replay_equals_eager_for_every_bucket(piecewise_gdn):
         diff = (graph - eager).abs()
         print(label, "max", diff.max().item(), "mean", diff.mean().item())
         assert diff.max().item() < 1.5 and diff.mean().item() < 0.1 * eager.abs().mean(), label
-        agree = (graph.argmax(-1) == eager.argmax(-1)).float().mean().item()
-        assert agree >= 0.9, (label, agree)
+        # Greedy choices agree wherever eager's choice is clear: its top two logits further
+        # apart than twice the row's largest difference. A near-tie may flip under that
+        # noise (at 129 tokens, padded to 256, one row of three flipped with the logits
+        # 0.63 apart at most, H200, session 7), which says nothing about the runner.
+        top = eager.float().topk(2, dim=-1).values
+        clear = (top[:, 0] - top[:, 1]) > 2 * diff.float().amax(dim=-1)
+        same = graph.argmax(-1) == eager.argmax(-1)
+        assert same[clear].all(), (label, same.tolist(), clear.tolist())
         # The caches to the same noise: K/V pages and states written from inputs that differ
         # by bf16 rounding; a token stored in the wrong place, or a state taken from the
         # wrong slot, would differ by the tensor's own size.
