@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -62,13 +63,20 @@ def main() -> None:
         cells = [pct(f.slower) for f in found] + [pct(found[1].covered)]
         print(f"| {blocks} | " + " | ".join(cells) + " |")
 
-    print("\nA/A with a position effect: a block's outer servers 3% faster (server noise 3%)\n")
-    print("| blocks | slower | faster or slower |")
-    print("|--:|--:|--:|")
-    u_shape = Noise(server=0.03, block=0.05, drift=0.0, positions=(0.03, 0.0, 0.0, 0.03))
+    print("\nA/A with a position effect or a cold first server, server noise 5%, 1% drift:")
+    print("faster or slower, the interval alone (what one block said before) / the verdict\n")
+    outer = {share: (math.log(share), 0.0, 0.0, math.log(share)) for share in (0.75, 0.90)}
+    effects = {
+        "outer servers 25% slower": replace(drift, positions=outer[0.75]),
+        "outer servers 10% slower": replace(drift, positions=outer[0.90]),
+        "first server 25% slower": replace(drift, first=math.log(0.75)),
+    }
+    print("| blocks | " + " | ".join(effects) + " |")
+    print("|--:|" + "--:|" * len(effects))
     for blocks in range(1, 7):
-        r = rates(blocks, u_shape, runs=runs, seed=40 + blocks)
-        print(f"| {blocks} | {pct(r.slower)} | {pct(r.any_verdict)} |")
+        found = [rates(blocks, noise, runs=runs, seed=50 + blocks) for noise in effects.values()]
+        cells = [f"{pct(r.interval_alone)} / {pct(r.any_verdict)}" for r in found]
+        print(f"| {blocks} | " + " | ".join(cells) + " |")
 
     print("\nbench compare of A/A recorded runs of 3 blocks each, server noise 5%\n")
     print("| run-to-run spread | blocks paired by order (before) | 1 run a side | 3 runs a side |")

@@ -174,12 +174,20 @@ def test_failures_and_an_unhealthy_server_are_doubts():
     assert [s.failed for s in result.servers][:4] == [0, 3, 0, 0]
 
 
-def test_one_block_is_a_weaker_estimate():
-    requests, spans, servers, _ = run(blocks=1, seed=4)
+def test_one_block_gives_its_interval_and_no_verdict():
+    """INVARIANTS 60: a clear 10% slowdown in one block is "not enough data", never a
+    regression (exit 0), and a doubt says why and how many blocks to run."""
+    requests, spans, servers, _ = run(blocks=1, ratio=0.9, noise=0.005, seed=4)
     result = compare(requests, spans, servers, LABELS)
     headline = row(result, "output_tok_per_s")
     assert headline.change.method == ONE_BLOCK and result.blocks == 1
-    assert any("1 block(s) with both arms" in d for d in result.doubts)
+    assert headline.change.high < 0.95 and headline.change.verdict == NOT_ENOUGH
+    assert not result.regression
+    changes = [f.change for f in result.figures] + [p.change for p in result.phases]
+    assert all(c.verdict == NOT_ENOUGH for c in changes)
+    doubt = next(d for d in result.doubts if d.startswith("1 block with both arms"))
+    assert "position" in doubt and "--blocks 2 or more" in doubt
+    assert not any(d.startswith("too noisy") for d in result.doubts)
 
 
 def test_noisy_run_asks_for_more_blocks():

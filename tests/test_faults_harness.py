@@ -44,7 +44,8 @@ from tests.test_bench_run import bench
 from tests.test_faults_engine import _wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
-SMALL = ["--size", "tiny", "-c", "4", "--requests", "16", "--warmup", "4"]
+LOAD = ["--size", "tiny", "-c", "4", "--requests", "16", "--warmup", "4"]
+SMALL = [*LOAD, "--blocks", "1"]  # one block: these runs are about failures, not verdicts
 
 
 def one_line_error(proc, code: int = 2) -> str:
@@ -219,10 +220,11 @@ def test_a_time_budget_ends_the_schedule_between_whole_blocks(tmp_path, mock_url
     """`--time-budget`: a block starts only while the time so far plus the longest block yet
     fits. With a budget one block fills, 1 of 3 ABBA blocks runs, whole (its 4 servers), and
     the run is a finished, shorter schedule: compared, exit 0 (not 130), the manifest and the
-    doubts say why it stopped. The first block always runs."""
+    doubts say why it stopped. The first block always runs; alone, it gives no verdict
+    (INVARIANTS 60)."""
     out = tmp_path / "run"
     arms = ["--arm", f"a={mock_url}", "--arm", f"b={mock_url}"]
-    cut = bench("run", "qwen35", *SMALL, *arms, "--abba", "--blocks", "3", "--time-budget", "1",
+    cut = bench("run", "qwen35", *LOAD, *arms, "--abba", "--blocks", "3", "--time-budget", "1",
                 "--out", str(out))  # fmt: skip
     assert cut.returncode == 0, cut.stderr
     manifest, frames = load_run(out)
@@ -231,6 +233,7 @@ def test_a_time_budget_ends_the_schedule_between_whole_blocks(tmp_path, mock_url
     assert sorted(frames["servers"]["letter"]) == ["A", "A", "B", "B"]
     summary = json.loads((out / "summary.json").read_text())
     assert any("time budget" in doubt for doubt in summary["doubts"])
+    assert any(doubt.startswith("1 block with both arms") for doubt in summary["doubts"])
     assert bench("run", "qwen35", *arms, "--time-budget", "0").returncode == 2  # min 1 s
 
 
@@ -503,7 +506,8 @@ class BenchRun:
     def __init__(self, out: Path, tmp: str, *extra: str, requests: int = 60):
         self.out, self.tmp, self.started = out, tmp, time.monotonic()
         args = ["run", "qwen35", "--size", "tiny", "-c", "4", "--requests", str(requests)]
-        args += ["--warmup", "4", "--period", "10", "--arm", "a=worktree", "--arm", "b=worktree"]
+        args += ["--warmup", "4", "--period", "10", "--blocks", "1"]
+        args += ["--arm", "a=worktree", "--arm", "b=worktree"]
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "harness", *args, *extra, "--out", str(out)],
             cwd=ROOT,

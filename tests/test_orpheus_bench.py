@@ -17,7 +17,7 @@ pytestmark = pytest.mark.slow
 
 def test_orpheus_run_has_audio_seconds_per_second_in_the_table(tmp_path):
     out = tmp_path / "run"
-    args = ["run", "orpheus", "--concurrency", "8", "--abba", "--size", "tiny"]
+    args = ["run", "orpheus", "--concurrency", "8", "--abba", "--blocks", "1", "--size", "tiny"]
     args += ["--requests", "16", "--warmup", "8", "--period", "10"]
     args += ["--arm", "a=worktree", "--arm", "b=worktree", "--out", str(out)]
     proc = bench(*args)

@@ -196,7 +196,7 @@ def test_a_run_never_summarised_is_summarised_once_by_its_report(tmp_path):
 
 
 def test_a_summary_made_with_older_statistics_is_summarised_again_in_memory(tmp_path):
-    write_run(tmp_path / "run", RATES[:4])
+    write_run(tmp_path / "run", RATES)
     summary = tmp_path / "run" / "summary.json"
     data = json.loads(summary.read_text())
     data["rule"] = {"level": 0.95, "min_effect": 0.01, "resolution": 0.05}

@@ -16,6 +16,7 @@ from harness.analysis.stats import (
     BLOCKS,
     DESCRIPTIVE,
     FASTER,
+    MIN_BLOCKS,
     NO_CHANGE,
     NO_VERDICT,
     NOT_ENOUGH,
@@ -134,7 +135,9 @@ def test_block_effects_cancel_drift_between_blocks():
     assert change.high / change.low < 1.01
 
 
-def test_one_abba_block_is_the_weaker_two_sample_interval():
+def test_one_abba_block_is_the_two_sample_interval_with_no_verdict():
+    """INVARIANTS 60: one block's change and interval are given, never a verdict, however
+    clear (a position effect would look the same), with the blocks that would decide it."""
     values = servers(1, 0.90, 0.005, seed=5)
     change = paired_change(values, "A", "B", higher_is_better=True)
     assert change.method == ONE_BLOCK and change.blocks == 1 and change.df == 2
@@ -144,7 +147,10 @@ def test_one_abba_block_is_the_weaker_two_sample_interval():
     half = 4.302653 * pooled_sd * math.sqrt(1 / 2 + 1 / 2)
     assert math.log(change.ratio) == pytest.approx(b.mean() - a.mean())
     assert math.log(change.high / change.ratio) == pytest.approx(half, rel=1e-5)
-    assert change.verdict == SLOWER
+    assert change.high < 0.95  # the interval alone would say "slower"
+    assert change.verdict == NOT_ENOUGH and change.blocks_needed == MIN_BLOCKS
+    two = paired_change(servers(2, 0.90, 0.005, seed=5), "A", "B", higher_is_better=True)
+    assert (two.method, two.verdict) == (BLOCKS, SLOWER)
 
 
 def test_one_ab_block_is_not_enough_data():

@@ -29,8 +29,9 @@ from harness.analysis.stats import (
 
 HEADLINE = "output_tok_per_s"
 # The statistics a Comparison was made with: 2 since issue 11 (the block + arm model, the
-# equivalence margin, the headline alone deciding). A summary.json without the field is 1.
-STATISTICS = 2
+# equivalence margin, the headline alone deciding); 3 since one block gives no verdict
+# (stats.MIN_BLOCKS). A summary.json without the field is 1.
+STATISTICS = 3
 
 
 @dataclass

@@ -11,7 +11,7 @@ import pandas as pd
 
 from harness.analysis.phases import POSTPROCESS_WORK
 from harness.analysis.schema import LETTERS
-from harness.analysis.stats import IN_BLOCKS, NOT_ENOUGH, Change
+from harness.analysis.stats import IN_BLOCKS, MIN_BLOCKS, NOT_ENOUGH, ONE_BLOCK, Change
 
 if TYPE_CHECKING:
     from harness.analysis.compare import Comparison
@@ -57,13 +57,13 @@ def comparison_doubts(
             f"{int(untimed.sum())} output tokens have no arrival time (text-only stream?):"
             " steady tok/s and ITL undercount them; compare the whole-run tok/s"
         )
-    if result.unit == IN_BLOCKS and result.blocks < 2:
-        doubts.append(
-            f"{result.blocks} block(s) with both arms: one block's servers are its only"
-            " replicates (weaker: blind to drift between blocks) or there are none; rerun with"
-            " 3 or more ABBA blocks"
-        )
-    noisy = [(name, c) for name, c in _decisive(result) if c.verdict == NOT_ENOUGH and c.blocks]
+    if result.unit == IN_BLOCKS and result.blocks < MIN_BLOCKS:
+        doubts.append(_too_few_blocks(result))
+    noisy = [
+        (name, c)
+        for name, c in _decisive(result)
+        if c.verdict == NOT_ENOUGH and c.blocks and c.method != ONE_BLOCK
+    ]
     if noisy:
         needed = max(c.blocks_needed or 0 for _, c in noisy)
         more = f"about {needed} blocks in all" if needed else "more blocks"
@@ -79,6 +79,20 @@ def comparison_doubts(
     if any(min(p.a_ms or 0, p.b_ms or 0) < 0 for p in work):
         doubts.append("postprocess work < 0: a subtracted wait is not inside postprocess_batch")
     return doubts
+
+
+def _too_few_blocks(result: Comparison) -> str:
+    """Why fewer than MIN_BLOCKS blocks give no faster/slower verdict, and how many to run."""
+    if not result.blocks:
+        return "no block holds both arms (see the servers' errors): nothing to compare; rerun"
+    needed = max((c.blocks_needed or 0 for _, c in _decisive(result)), default=0)
+    return (
+        "1 block with both arms: no faster/slower verdict (the change and its interval are"
+        " shown): in one block each arm holds fixed positions (A B B A: A the first and last"
+        " server), so whatever a server's position does to it (e.g. slower first and last"
+        " servers) reads as a change of code; rerun with --blocks"
+        f" {max(needed, MIN_BLOCKS)} or more (the next block, in turned order, cancels it)"
+    )
 
 
 def _decisive(result: Comparison) -> list[tuple[str, Change]]:

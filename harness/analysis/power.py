@@ -34,6 +34,7 @@ from harness.analysis.power_stats import (
 )
 from harness.analysis.stats import (
     FASTER,
+    MIN_BLOCKS,
     SLOWER,
     Design,
     Rule,
@@ -45,7 +46,7 @@ from harness.analysis.stats import (
 # figure -> higher is better: the headline throughput and the postprocess's own work
 FIGURES = {"output_tok_per_s": True, phases.POSTPROCESS_WORK: False}
 ITERATION = names.ITERATION
-BLOCK_COUNTS = (1, 2, 3, 5, 10, 20)
+BLOCK_COUNTS = (2, 3, 5, 10, 20)  # from MIN_BLOCKS: one block gives no verdict to count
 DRAWS = 2000
 BLOCK_SIZE = 4  # bench power runs A B B A / B A A B blocks
 MACHINE_KEYS = ("host", "cpu", "cpus", "gpu")  # what makes two machines the same for noise
@@ -280,13 +281,14 @@ def _changes(result: Comparison) -> dict:
 
 def real_aa(values: pd.DataFrame, higher_is_better: bool, rule: Rule = Rule()) -> RealAA | None:
     """The real A/A blocks of one figure (columns letter, block, slot, value): how often runs
-    of k consecutive blocks raise a false alarm, and where in a block its servers sat."""
+    of k consecutive blocks raise a false alarm (k from MIN_BLOCKS: one block gives no
+    verdict), and where in a block its servers sat."""
     values = values[values["value"] > 0]
     blocks = sorted(values["block"].unique())
     if not blocks:
         return None
     alarms = {}
-    for k in range(1, len(blocks) + 1):
+    for k in range(MIN_BLOCKS, len(blocks) + 1):
         groups = [blocks[i : i + k] for i in range(0, len(blocks) - k + 1, k)]
         found = [
             paired_change(values[values["block"].isin(g)], "A", "B", higher_is_better, rule)

@@ -3,9 +3,10 @@
 
 A synthetic run has one log value per server of a schedule: a block offset shared by the
 block's servers, a steady drift through the run (slot by slot), an optional offset by a
-server's position in its block, independent server noise, and arm B's true effect. The
-tests hold the verdicts' error rates to stated bounds over thousands of such runs, and
-scripts/simulate_verdicts.py prints the tables of docs/STATISTICS.md.
+server's position in its block, an optional offset of the run's first server (a cold start),
+independent server noise, and arm B's true effect. The tests hold the verdicts' error rates
+to stated bounds over thousands of such runs, and scripts/simulate_verdicts.py prints the
+tables of docs/STATISTICS.md.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ class Noise:
     block: float = 0.05  # sd of an offset shared by a block's servers
     drift: float = 0.01  # change per slot, steady through the run (e.g. a machine warming)
     positions: tuple[float, ...] = ()  # offset by position in the block (e.g. a U shape)
+    first: float = 0.0  # offset of the run's first server alone (cold caches, compiles, clocks)
     run: float = 0.0  # sd of an offset shared by a whole run (between recorded runs)
 
 
@@ -50,6 +52,9 @@ class Rates:
     no_change: float
     not_enough: float
     covered: float  # the interval held the true change
+    # called faster or slower by the interval alone, as if one block could give a verdict
+    # (stats.MIN_BLOCKS): what one block said before
+    interval_alone: float = 0.0
 
     @property
     def any_verdict(self) -> float:
@@ -75,6 +80,7 @@ def simulate(
     values += noise.drift * slot
     if noise.positions:
         values += np.asarray(noise.positions, dtype=float)[slot % block_size]
+    values[:, 0] += noise.first
     values += rng.normal(0.0, noise.run, (runs, 1))
     return values + effect * is_b
 
@@ -100,7 +106,7 @@ def rates(
     if design.df < 1:
         return Rates(runs, 0.0, 0.0, 0.0, 1.0, 0.0)
     _, low, high, verdicts = judge(logs, design, higher_is_better, rule)
-    return _rates(verdicts, low, high, effect)
+    return _rates(verdicts, low, high, effect, decide_many(low, high, higher_is_better, rule))
 
 
 def between_runs(
@@ -134,17 +140,22 @@ def between_runs(
         )
         logs = np.concatenate([sides[0][:, 0], sides[1][:, 0]], axis=1)
         _, low, high, verdicts = judge(logs, design, higher_is_better, rule)
-        return _rates(verdicts, low, high, effect)
+        return _rates(verdicts, low, high, effect, decide_many(low, high, higher_is_better, rule))
     if runs_per_side < 2:
         return Rates(runs, 0.0, 0.0, 0.0, 0.0, 0.0)  # descriptive: no verdict, no interval
     estimate, se = two_sample(sides[0].mean(axis=2), sides[1].mean(axis=2))
     half = t_quantile(rule.level, 2 * runs_per_side - 2) * se
     low, high = estimate - half, estimate + half
-    return _rates(decide_many(low, high, higher_is_better, rule), low, high, effect)
+    verdicts = decide_many(low, high, higher_is_better, rule)
+    return _rates(verdicts, low, high, effect, verdicts)
 
 
-def _rates(verdicts: np.ndarray, low: np.ndarray, high: np.ndarray, effect: float) -> Rates:
+def _rates(
+    verdicts: np.ndarray, low: np.ndarray, high: np.ndarray, effect: float, alone: np.ndarray
+) -> Rates:
+    """The shares of `verdicts` (the harness's) and of the interval's own verdicts `alone`."""
     covered = float(np.mean((low <= effect) & (effect <= high)))
     share = {v: float(np.mean(verdicts == v)) for v in (SLOWER, FASTER, NO_CHANGE, NOT_ENOUGH)}
-    runs = len(verdicts)
-    return Rates(runs, share[SLOWER], share[FASTER], share[NO_CHANGE], share[NOT_ENOUGH], covered)
+    said = float(np.mean(np.isin(alone, [FASTER, SLOWER])))
+    counts = share[SLOWER], share[FASTER], share[NO_CHANGE], share[NOT_ENOUGH]
+    return Rates(len(verdicts), *counts, covered, said)

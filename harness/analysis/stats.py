@@ -2,7 +2,8 @@
 
 Within one run the unit of replication is the server (one slot of the schedule), never the
 request: every server's value enters a block + arm model on log values, so drift between
-blocks cancels and the servers within a block all count (df = servers - blocks - 1). Between
+blocks cancels and the servers within a block all count (df = servers - blocks - 1). A verdict
+needs MIN_BLOCKS blocks: one block gives its change and interval, never a verdict. Between
 recorded runs the unit is the run (`run_change`). Pure functions; nothing here prints.
 """
 
@@ -19,11 +20,16 @@ FASTER, SLOWER, NO_CHANGE, NOT_ENOUGH = "faster", "slower", "no change", "not en
 NO_VERDICT = "no verdict"  # a descriptive change: nothing to replicate it against
 VERDICTS = (FASTER, SLOWER, NO_CHANGE, NOT_ENOUGH, NO_VERDICT)
 BLOCKS = "blocks"  # the block + arm model over two or more blocks
-ONE_BLOCK = "one block (weaker)"  # the same model on one block: blind to drift between blocks
+ONE_BLOCK = "one block (no verdict)"  # the same model on one block: its interval, no verdict
 RUNS = "runs"  # recorded runs compared, each run one replicate
 DESCRIPTIVE = "descriptive"  # one run a side: a change with no interval
 NONE = "none"
 MAX_BLOCKS = 1000
+# The fewest blocks (with both arms) that give a verdict. In one block each arm holds fixed
+# positions (A B B A: A the first and the last server), so whatever a server's position does
+# to it (slower first and last servers, say) cannot be told from a change of code; the next
+# block, in turned order, cancels it (docs/STATISTICS.md, "One block").
+MIN_BLOCKS = 2
 # What a comparison's replicates are: a run's servers in blocks, or recorded runs.
 IN_BLOCKS, BETWEEN_RUNS = "servers in blocks", "runs"
 
@@ -82,6 +88,11 @@ class Design:
     @property
     def block_count(self) -> int:
         return len(np.unique(self.blocks))
+
+    @property
+    def decides(self) -> bool:
+        """Whether this layout may give a verdict: MIN_BLOCKS blocks or more."""
+        return self.block_count >= MIN_BLOCKS
 
     @property
     def df(self) -> int:
@@ -169,15 +180,18 @@ def paired_change(
     plan: bool = True,
 ) -> Change:
     """The change of B against A within one run, from per-server values, with its verdict.
-    With `plan`, a "not enough data" change says how many blocks would decide it."""
+    One block gets its change and interval but "not enough data" (MIN_BLOCKS). With `plan`, a
+    "not enough data" change says how many blocks would decide it."""
     rows = usable(values, a, b)
     design = Design(rows["block"].to_numpy(), (rows["letter"] == b).to_numpy())
     blocks = design.block_count
     if not blocks or design.df < 1:
         return Change(None, None, None, blocks, NONE, 0, NOT_ENOUGH, None, rule.level)
     effect, se = fit(np.log(rows["value"].to_numpy(float)), design)
-    method = BLOCKS if blocks >= 2 else ONE_BLOCK
+    method = BLOCKS if design.decides else ONE_BLOCK
     change = _change(float(effect), float(se), design.df, blocks, method, higher_is_better, rule)
+    if not design.decides:
+        change = replace(change, verdict=NOT_ENOUGH)
     if change.verdict != NOT_ENOUGH or not plan:
         return change
     spread = float(se) * math.sqrt(design.information)  # one server's residual sd
@@ -266,17 +280,20 @@ def judge(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Interval and verdict of the block + arm model for each row of `logs` ([draws, n] log
     values laid out as `design`): (effect, low, high, verdict), the effect and bounds in log
-    units. What `paired_change` computes, for thousands of synthetic runs at once."""
+    units. What `paired_change` computes, for thousands of synthetic runs at once: below
+    MIN_BLOCKS blocks every verdict is "not enough data"."""
     effect, se = fit(logs, design)
     half = t_quantile(rule.level, design.df) * se
     low, high = effect - half, effect + half
+    if not design.decides:
+        return effect, low, high, np.full(np.shape(low), NOT_ENOUGH, dtype=object)
     return effect, low, high, decide_many(low, high, higher_is_better, rule)
 
 
 def _blocks_needed(spread: float | None, design: Design, rule: Rule) -> int | None:
-    """Fewest blocks (of this run's layout) whose interval half-width, at a server's residual
-    spread `spread`, is at most half the margin: then every outcome is decisive (an interval
-    that covers 0 lies inside the margin)."""
+    """Fewest blocks (of this run's layout, MIN_BLOCKS at least) whose interval half-width, at
+    a server's residual spread `spread`, is at most half the margin: then every outcome is
+    decisive (an interval that covers 0 lies inside the margin)."""
     if spread is None or not math.isfinite(spread) or not len(design.blocks):
         return None
     blocks = design.block_count
@@ -286,7 +303,7 @@ def _blocks_needed(spread: float | None, design: Design, rule: Rule) -> int | No
         return None
     target = math.log1p(rule.margin) / 2
     z = NormalDist().inv_cdf((1 + rule.level) / 2)  # t > z: fewer blocks never suffice
-    fewest = max(1, math.floor((z * spread / target) ** 2 / per_block_info))
+    fewest = max(MIN_BLOCKS, math.floor((z * spread / target) ** 2 / per_block_info))
     for count in range(fewest, MAX_BLOCKS + 1):
         df = round(count * per_block_servers) - count - 1
         if df < 1:

@@ -16,8 +16,9 @@ from harness.show.report.single import write_single_report
 from harness.show.report.write import write_report
 
 OLDER_STATISTICS = (
-    "summary.json was made with older statistics (before the block + arm model and the"
-    " equivalence margin); this report summarised the tables again and left it as it was"
+    "summary.json was made with older statistics (docs/STATISTICS.md: before the block + arm"
+    " model, or before one block stopped giving verdicts); this report summarised the tables"
+    " again and left it as it was"
 )
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from engine.config import ConfigError, load_scenario
-from harness.analysis.stats import schedule
+from harness.analysis.stats import MIN_BLOCKS, schedule
 from harness.commands import schedule as s
 from harness.commands import workload as w
 from harness.commands.report import report_run
@@ -21,6 +21,12 @@ HELP = """Compare two arms on fresh servers; exit 1 when B's headline figure is 
 \b
 Exit codes: 0 done, 1 B slower, 2 bad usage or an error, 3 a crash (a bug),
 4 a server failed during the run (its slot left out), 130 interrupted.
+
+\b
+Blocks (--blocks, default 2): A B B A then B A A B with --abba, else A B
+then B A, in turn. One block shows the change and its interval but no
+verdict ("not enough data", exit 0): within one block a server's position
+cannot be told from its arm (docs/STATISTICS.md).
 
 \b
 Arms: --arm NAME=SPEC, twice (A then B). Default: A = the merge-base of HEAD
@@ -41,7 +47,7 @@ Examples:
 def _main(
     scenario: str = typer.Argument(..., help="Scenario name (bench scenarios lists them)."),
     abba: bool = typer.Option(False, "--abba", help="ABBA and BAAB blocks in turn (else AB, BA)."),
-    blocks: int = typer.Option(1, min=1, help="Repeat the block this many times."),
+    blocks: int = typer.Option(MIN_BLOCKS, min=1, help="Blocks, alternating their order."),
     arm: list[str] = typer.Option([], "--arm", help="NAME=SPEC, twice (A then B); see above."),
     period: int = s.PERIOD,
     size: str | None = s.SIZE,

@@ -8,7 +8,7 @@ import math
 from engine.spans import NOT_MESSAGES
 from harness.analysis.compare import Comparison
 from harness.analysis.phases import ALL_MESSAGES, POSTPROCESS_WORK
-from harness.analysis.stats import BETWEEN_RUNS, ONE_BLOCK, Change
+from harness.analysis.stats import BETWEEN_RUNS, MIN_BLOCKS, ONE_BLOCK, Change
 
 MESSAGE_NOTE = (
     f"{ALL_MESSAGES} adds the messages the worker received; {', '.join(NOT_MESSAGES)} runs"
@@ -72,6 +72,8 @@ def caption(c: Comparison) -> str:
             units += " (one run a side: every change is descriptive, with no verdict)"
     else:
         units = f"{c.blocks} block(s) of fresh servers, every server a replicate"
+        if c.blocks < MIN_BLOCKS:
+            units += f" (fewer than {MIN_BLOCKS} blocks: intervals, no verdicts)"
     return (
         f"B against A over {units}. {headline} ({c.rule.level:.0%} CI) alone decides the exit"
         f" code; {POSTPROCESS_WORK} ({c.rule.level:.0%} CI) is judged on its own, as the"

@@ -106,8 +106,8 @@ def headline(c: Comparison) -> str:
     if c.unit == BETWEEN_RUNS:
         over = f"over {f.change.blocks} recorded run(s), each run one replicate"
     else:
-        weaker = ": weaker, blind to drift between blocks" if f.change.method == ONE_BLOCK else ""
-        over = f"over {f.change.blocks} block(s){weaker}"
+        one = ": no verdict from one block, where position is confounded with the arm"
+        over = f"over {f.change.blocks} block(s){one if f.change.method == ONE_BLOCK else ''}"
     return f"**{words}** on {f.label}: A {number(f.a)} → B {number(f.b)} {f.unit}{change}, {over}."
 
 
