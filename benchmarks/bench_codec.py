@@ -10,10 +10,10 @@ the windows' codes sent up, the decode (eager, or the bucket's graph replayed), 
 back into pinned memory; then the host waits for it, as the strict stage does. Per step: the
 device's time from the codes' copy to the PCM's (CUDA events on the codec's stream; an eager
 step's includes the gaps while the host launches) and the host's wall time to the PCM on the
-host. Medians and spreads over `--repeats` steps; with several settings, each one's median
-over the first's. Each setting builds its own network (the same seeded weights) and its own
-graphs (buckets up to the largest B), one after another. `--profile FILE` adds a torch
-profiler table per setting and mode at the largest B.
+host. Medians, p10 and p90 (benchmarks/stats.py) over `--repeats` steps; with several
+settings, each one's median over the first's. Each setting builds its own network (the same
+seeded weights) and its own graphs (buckets up to the largest B), one after another.
+`--profile FILE` adds a torch profiler table per setting and mode at the largest B.
 On a CPU (tiny, fp32) it runs the reference in seconds (tests/test_bench_codec.py); the
 kernels and the graphs are CUDA's, so there it times the eager decode and the graphs' eager
 twin, and only `torch` by default.
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import statistics
 import time
 from dataclasses import dataclass
 from functools import partial
@@ -32,6 +31,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from benchmarks import stats
 from engine.models import build_streams
 from engine.models.orpheus import CODEBOOK, WINDOW_TOKENS, audio_token_low
 from engine.models.snac import CODEC_KERNELS
@@ -108,25 +108,16 @@ class StepSummary:
     mode: str
     windows: int
     clock: str  # "device" (CUDA events) or "wall" (a CPU)
-    median_ms: float
-    p10_ms: float
-    p90_ms: float
+    step_ms: stats.Summary  # the clock's
     wall_ms: float  # median
-    steps: int
 
 
 def summarise(times: StepTimes) -> StepSummary:
-    """The device times' median and spread (the wall times' on a CPU); p10 and p90 are the
-    extremes below 10 steps."""
-    values = times.device_ms or times.wall_ms
-    if len(values) < 10:
-        p10, p90 = min(values), max(values)
-    else:
-        deciles = statistics.quantiles(values, n=10)
-        p10, p90 = deciles[0], deciles[-1]
+    """The device times' median, p10 and p90 (the wall times' on a CPU), and the wall
+    times' median."""
     return StepSummary(
         times.kernels, times.mode, times.windows, "device" if times.device_ms else "wall",
-        statistics.median(values), p10, p90, statistics.median(times.wall_ms), len(values),
+        stats.summarise(times.device_ms or times.wall_ms), stats.summarise(times.wall_ms).median,
     )  # fmt: skip
 
 
@@ -134,7 +125,7 @@ def against_first(summaries: list[StepSummary]) -> dict[tuple[str, int], dict[st
     """Per (mode, windows): each setting's median over the first setting's."""
     medians: dict[tuple[str, int], dict[str, float]] = {}
     for s in summaries:
-        medians.setdefault((s.mode, s.windows), {})[s.kernels] = s.median_ms
+        medians.setdefault((s.mode, s.windows), {})[s.kernels] = s.step_ms.median
     return {
         key: {kernels: ms / next(iter(by.values())) for kernels, ms in by.items()}
         for key, by in medians.items()
@@ -144,8 +135,8 @@ def against_first(summaries: list[StepSummary]) -> dict[tuple[str, int], dict[st
 def render(s: StepSummary) -> str:
     return (
         f"codec step, kernels {s.kernels:5s} {s.mode:6s} {s.windows:3d} windows: {s.clock} "
-        f"median {s.median_ms:.3f} ms (p10 {s.p10_ms:.3f}, p90 {s.p90_ms:.3f}), wall "
-        f"{s.wall_ms:.3f} ms, {s.median_ms / s.windows * 1e3:.0f} us a window over {s.steps} steps"
+        f"{stats.render(s.step_ms)}, wall {s.wall_ms:.3f} ms, "
+        f"{s.step_ms.median / s.windows * 1e3:.0f} us a window over {s.step_ms.n} steps"
     )
 
 

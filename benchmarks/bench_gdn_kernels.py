@@ -22,8 +22,9 @@ as a step gives them. Each path runs the engine's own op, `CudaOps.delta_rule` (
 
 Timing (CUDA): a spin kernel holds the GPU while the host enqueues a call, so the figure is
 the GPU's time for the call's launches (what a CUDA graph replays), taken with CUDA events;
-the median over --repeats after --warmup, the host's enqueue time beside it. A call whose
-enqueue outlasted its spin is counted as doubtful (the GPU may have waited for the host).
+the median, p10 and p90 over --repeats after --warmup (benchmarks/stats.py), the host's
+enqueue time (its median) beside it. A call whose enqueue outlasted its spin is counted as
+doubtful (the GPU may have waited for the host).
 `err` is the largest difference of a call's output from the first path's (the sweep: the
 default config's) on the same inputs and states, relative to the output's largest value.
 On the CPU (--device cpu: Triton's interpreter) the times are wall times: a smoke run only.
@@ -38,7 +39,6 @@ import argparse
 import json
 import os
 import re
-import statistics
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -46,6 +46,7 @@ from types import SimpleNamespace
 
 import torch
 
+from benchmarks import stats
 from engine.config import load_scenario
 from engine.kernels.gdn_config import (
     SPLIT_DEFAULT,
@@ -320,28 +321,30 @@ def _fla_importable() -> bool:
 
 # --- analysis (pure) -------------------------------------------------------------------------
 @dataclass(frozen=True)
-class Summary:
-    median: float | None
-    p10: float | None
-    p90: float | None
-    host: float | None
+class CallSummary:
+    gpu: stats.Summary | None  # None: no call timed (the call failed), so no figure at all
+    host: stats.Summary | None  # the enqueue times
     doubtful: int  # calls whose enqueue outlasted the spin before them
 
 
-def summarise(sample: Sample) -> Summary:
-    if not sample.gpu_us:
-        return Summary(None, None, None, None, 0)
-    times = sorted(sample.gpu_us)
-    decile = max(len(times) // 10, 0)
+def summarise(sample: Sample) -> CallSummary:
+    gpu = stats.summarise(sample.gpu_us)
+    if gpu is None:
+        return CallSummary(None, None, 0)
     doubtful = sum(h >= s for h, s in zip(sample.host_us, sample.spin_us, strict=False))
-    host = statistics.median(sample.host_us) if sample.host_us else None
-    return Summary(statistics.median(times), times[decile], times[-1 - decile], host, doubtful)
+    return CallSummary(gpu, stats.summarise(sample.host_us), doubtful)
+
+
+def median_us(sample: Sample) -> float | None:
+    """The sample's median GPU time a call; None where no call was timed."""
+    gpu = summarise(sample).gpu
+    return gpu.median if gpu is not None else None
 
 
 def axis_winners(rows: list[tuple[SplitConfig, Sample]]) -> list[SplitConfig]:
     """For each sweep axis, the config of that axis alone (or the default) with the lowest
     median, where it beats the default: the parts `combine_winners` joins."""
-    medians = {split: summarise(sample).median for split, sample in rows}
+    medians = {split: median_us(sample) for split, sample in rows}
     base = medians.get(SPLIT_DEFAULT)
     winners = []
     for axis, values in SWEEP_AXES.items():
@@ -356,12 +359,12 @@ def best_per_shape(samples: list[Sample]) -> dict[str, tuple[Sample, Sample]]:
     """Per shape: (the default config's sample, the fastest sample)."""
     out: dict[str, tuple[Sample, Sample]] = {}
     for sample in samples:
-        if summarise(sample).median is None:
+        if median_us(sample) is None:
             continue
         default, best = out.get(sample.shape, (None, sample))
         if sample.split == str(SPLIT_DEFAULT):
             default = sample
-        if summarise(sample).median < summarise(best).median:
+        if median_us(sample) < median_us(best):
             best = sample
         out[sample.shape] = (default, best)
     return out
@@ -380,9 +383,11 @@ def header(title: str) -> str:
 def row(sample: Sample, profile: bool) -> str:
     """One sample's line (and with `profile` a line per kernel)."""
     s = summarise(sample)
+    median, p10, p90 = (s.gpu.median, s.gpu.p10, s.gpu.p90) if s.gpu else (None, None, None)
+    host = s.host.median if s.host else None
     err = f"{sample.err:8.1e}" if sample.err is not None else f"{'-':>8}"
-    line = (f"{sample.shape:<11} {sample.path:<12} {sample.state_dtype:<8} {_cell(s.median)} "
-            f"{_cell(s.p10)} {_cell(s.p90)} {_cell(s.host)} {err}  {sample.split}")  # fmt: skip
+    line = (f"{sample.shape:<11} {sample.path:<12} {sample.state_dtype:<8} {_cell(median)} "
+            f"{_cell(p10)} {_cell(p90)} {_cell(host)} {err}  {sample.split}")  # fmt: skip
     if sample.kind == "combined":
         line += "  (the shape's winning axis values combined)"
     if sample.error:
@@ -398,9 +403,9 @@ def row(sample: Sample, profile: bool) -> str:
 def render_best(samples: list[Sample]) -> None:
     print("\nbest split config per shape")
     for shape, (default, best) in best_per_shape(samples).items():
-        base = summarise(default).median if default else None
-        ratio = f" ({base / summarise(best).median:.2f}x)" if base else ""
-        print(f"{shape:<12} default {_cell(base)} us  best {_cell(summarise(best).median)} us"
+        base = median_us(default) if default else None
+        ratio = f" ({base / median_us(best):.2f}x)" if base else ""
+        print(f"{shape:<12} default {_cell(base)} us  best {_cell(median_us(best))} us"
               f"{ratio}  {best.split}")  # fmt: skip
 
 

@@ -7,7 +7,8 @@ prefill (or mixed) steps beside it.
 
 Runs the engine's own step (`Engine.launch`, the wait, the host copy, `step_finished`) on a
 batch of requests whose prompts are prefilled first, then times decode steps: wall time per
-step from schedule to the tokens on the host (what the worker loop pays), median and spread.
+step from schedule to the tokens on the host (what the worker loop pays), its median, p10 and
+p90 (benchmarks/stats.py).
 `--profile FILE` adds a torch profiler table of a few steps (where the time goes); `--stacks`
 groups the steps' host calls by the Python lines that make them.
 `--prefill RxL ...` then times steps that prefill R new prompts of L tokens while the batch
@@ -25,7 +26,6 @@ run: benchmarks/bench_orpheus_iteration.py times the worker's iteration with bot
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from benchmarks import device_streams
+from benchmarks import device_streams, stats
 from engine.config import Scenario, load_scenario
 from engine.kernels import GDN_PREFILL
 from engine.messages import AddRequest
@@ -133,13 +133,12 @@ def main(argv: list[str] | None = None) -> None:
         t0 = time.perf_counter()
         _step(engine)
         times.append((time.perf_counter() - t0) * 1e3)
-    q = statistics.quantiles(times, n=10)
-    median = statistics.median(times)
+    decode = stats.summarise(times)
     print(
         f"decode step, size {scenario.size}, batch {args.batch}, context {args.context}, "
         f"kernels {engine.ops.name}, graphs {engine.graphs is not None}, decode tensor cores "
-        f"{args.decode_tensor_cores}, state {args.state_dtype}: median {median:.3f} ms (p10 {q[0]:.3f}, p90 {q[-1]:.3f}) "
-        f"over {args.steps} steps = {args.batch / median * 1e3:,.0f} tok/s{_mask_note(engine)}"
+        f"{args.decode_tensor_cores}, state {args.state_dtype}: {stats.render(decode)} over "
+        f"{decode.n} steps = {args.batch / decode.median * 1e3:,.0f} tok/s{_mask_note(engine)}"
     )
     if args.profile:
         from torch.profiler import ProfilerActivity, profile
@@ -161,7 +160,7 @@ def main(argv: list[str] | None = None) -> None:
     arch = scenario.model.arch
     for spec in args.prefill:
         rows, length = (int(part) for part in spec.split("x"))
-        times = _prefill_times(engine, arch, rows, length, repeats=30)
+        prefill = stats.summarise(_prefill_times(engine, arch, rows, length, repeats=30))
         if args.profile:
             from torch.profiler import ProfilerActivity, profile
 
@@ -179,8 +178,8 @@ def main(argv: list[str] | None = None) -> None:
             f"{'mixed' if args.mixing else 'prefill'} step, {rows} new x {length} tokens beside "
             f"{args.batch} decoding, piecewise {engine.piecewise is not None}, Gated DeltaNet "
             f"{'captured' if args.piecewise_gdn else args.gdn_prefill} (split "
-            f"{engine.ops.gdn_split if hasattr(engine.ops, 'gdn_split') else '-'}): median "
-            f"{statistics.median(times):.3f} ms (min {min(times):.3f}) over {len(times)} steps"
+            f"{engine.ops.gdn_split if hasattr(engine.ops, 'gdn_split') else '-'}): "
+            f"{stats.render(prefill)} over {prefill.n} steps"
         )
 
 

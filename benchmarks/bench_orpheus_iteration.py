@@ -13,16 +13,16 @@ closed-loop load rather than all landing on every seventh. Then, per loop (`--lo
 `Worker.iteration`, then (`--profile`) a few more under the torch profiler, then a drain until
 every request has ended. The send is the worker's (each message encoded) without the socket.
 
-Prints the iteration time (median, p90), audio-seconds per second (the PCM the worker sent in
-the timed iterations, 2 bytes a sample at the speech format's rate, over their wall time) and
-the codec's windows per iteration; and checks the drain: each request's PCM must be 2048
-samples x 2 bytes for each window `windows_for` gives its tokens, and its finish "length".
-A request that ended before the measurement did, or a check that fails, is flagged and the
-exit code is 1. `--profile FILE` writes, for the profiled iterations, the device time by CUDA
-stream (the LLM's default stream and the codec's: each one's busy time, both at once, the GPU
-busy and idle against the wall; benchmarks/device_streams.py) and the profiler's op tables
-(with `--loop both`, to FILE.strict and FILE.overlapped). On a CPU there are no streams: the
-file has the host's ops only.
+Prints the iteration time (median, p10, p90: benchmarks/stats.py), audio-seconds per second
+(the PCM the worker sent in the timed iterations, 2 bytes a sample at the speech format's rate,
+over their wall time) and the codec's windows per iteration; and checks the drain: each
+request's PCM must be 2048 samples x 2 bytes for each window `windows_for` gives its tokens,
+and its finish "length". A request that ended before the measurement did, or a check that
+fails, is flagged and the exit code is 1. `--profile FILE` writes, for the profiled iterations,
+the device time by CUDA stream (the LLM's default stream and the codec's: each one's busy time,
+both at once, the GPU busy and idle against the wall; benchmarks/device_streams.py) and the
+profiler's op tables (with `--loop both`, to FILE.strict and FILE.overlapped). On a CPU there
+are no streams: the file has the host's ops only.
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import gc
 import math
-import statistics
 import sys
 import time
 from dataclasses import dataclass, field, replace
@@ -38,7 +37,7 @@ from dataclasses import dataclass, field, replace
 import msgspec
 import torch
 
-from benchmarks import device_streams
+from benchmarks import device_streams, stats
 from benchmarks.bench_gpu_step import prompt_ids
 from engine.config import load_scenario
 from engine.messages import AddRequest, StepFrames, encode
@@ -226,13 +225,12 @@ def pcm_mismatches(run: IterationRun) -> list[int]:
 # --- showing -----------------------------------------------------------------------------
 def render(run: IterationRun, sample_rate: int) -> str:
     s = run.settings
-    ms = [t * 1e3 for t in run.iteration_s]
-    p90 = statistics.quantiles(ms, n=10)[-1] if len(ms) > 1 else ms[0]
-    windows = sum(run.audio_bytes) / (SAMPLES_PER_FRAME * BYTES_PER_SAMPLE) / len(ms)
+    iteration = stats.summarise([t * 1e3 for t in run.iteration_s])
+    windows = sum(run.audio_bytes) / (SAMPLES_PER_FRAME * BYTES_PER_SAMPLE) / iteration.n
     lines = [
         f"orpheus iteration, size {s.size}, {s.requests} requests, prompt {s.prompt}, loop "
-        f"{s.loop}, {run.built}: median {statistics.median(ms):.3f} ms (p90 {p90:.3f}) over "
-        f"{len(ms)} iterations = {audio_seconds_per_s(run, sample_rate):.2f} audio-s/s, "
+        f"{s.loop}, {run.built}: {stats.render(iteration)} over "
+        f"{iteration.n} iterations = {audio_seconds_per_s(run, sample_rate):.2f} audio-s/s, "
         f"{windows:.2f} codec windows an iteration"
     ]
     good = len(run.max_tokens) - len(pcm_mismatches(run))

@@ -14,6 +14,7 @@ import timeit
 
 import numpy as np
 
+from benchmarks import stats
 from engine.models.qwen35_node import DECODE_LOOP, Qwen35Node
 from engine.runtime.graph import StopRows
 from engine.runtime.postprocess import PhasedPostprocess, PostprocessRequest, StepOutput
@@ -187,7 +188,7 @@ def main() -> None:
         print(
             f"  {label:<26} "
             + "  ".join(f"{v:.4f}" for v in values)
-            + f"   median {np.median(values):.4f}"
+            + f"   median {stats.summarise(values).median:.4f}"
         )
 
 

@@ -22,6 +22,7 @@ from dataclasses import replace
 
 import torch
 
+from benchmarks import stats
 from engine.config import load_scenario
 from engine.messages import AddRequest
 from engine.models import build_model, vocab_size
@@ -101,11 +102,11 @@ def measure(size: str, requests: int, prompt: int, tokens: int, seed: int = 0) -
     floor = run("float32", prompts + extra, reference)
     floor.pop(len(prompts))  # the extra request only changes the batch
     firsts = [first_difference(free[rid], reference[rid]) for rid in reference]
-    diverged = sorted(f for f in firsts if f is not None)
+    diverged_at = stats.summarise([f for f in firsts if f is not None])
     return {
         "size": size, "requests": requests, "prompt": prompt, "tokens": tokens,
         "free_identical": firsts.count(None),
-        "free_first_difference_median": diverged[len(diverged) // 2] if diverged else None,
+        "free_first_difference_median": diverged_at.median if diverged_at else None,
         "forced_agreement": agreement_by_band(forced, reference),
         "floor_agreement": agreement_by_band(floor, reference),
     }  # fmt: skip
