@@ -34,7 +34,7 @@ def bench(*args: str, timeout: float = 600, env: dict | None = None) -> subproce
 
 
 def test_aa_run_writes_every_file_and_holds_concurrency(tmp_path):
-    """One block (INVARIANTS 60): its change and interval, "not enough data" and exit 0."""
+    """One block (INVARIANTS 50): its change and interval, "not enough data" and exit 0."""
     out = tmp_path / "run"
     proc = bench(
         "run",

@@ -175,7 +175,7 @@ def test_failures_and_an_unhealthy_server_are_doubts():
 
 
 def test_one_block_gives_its_interval_and_no_verdict():
-    """INVARIANTS 60: a clear 10% slowdown in one block is "not enough data", never a
+    """INVARIANTS 50: a clear 10% slowdown in one block is "not enough data", never a
     regression (exit 0), and a doubt says why and how many blocks to run."""
     requests, spans, servers, _ = run(blocks=1, ratio=0.9, noise=0.005, seed=4)
     result = compare(requests, spans, servers, LABELS)

@@ -221,7 +221,7 @@ def test_a_time_budget_ends_the_schedule_between_whole_blocks(tmp_path, mock_url
     fits. With a budget one block fills, 1 of 3 ABBA blocks runs, whole (its 4 servers), and
     the run is a finished, shorter schedule: compared, exit 0 (not 130), the manifest and the
     doubts say why it stopped. The first block always runs; alone, it gives no verdict
-    (INVARIANTS 60)."""
+    (INVARIANTS 50)."""
     out = tmp_path / "run"
     arms = ["--arm", f"a={mock_url}", "--arm", f"b={mock_url}"]
     cut = bench("run", "qwen35", *LOAD, *arms, "--abba", "--blocks", "3", "--time-budget", "1",

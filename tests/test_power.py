@@ -47,7 +47,7 @@ def test_aa_false_positive_rate_is_near_nominal(blocks, higher_is_better):
 
 
 def test_one_block_has_no_false_positives_and_detects_nothing():
-    """INVARIANTS 60: one block gives no verdict, so bench power counts none at one block."""
+    """INVARIANTS 50: one block gives no verdict, so bench power counts none at one block."""
     runs = power_stats.Experiments(null_noise(1), design(1), True)
     assert runs.false_positive_rate() == 0.0 and runs.detection_rate(power_stats.LARGEST) == 0.0
     assert runs.min_detectable_slowdown() is None and 0.93 <= runs.coverage(0.1) <= 0.97
@@ -95,7 +95,7 @@ def test_undetectable_when_the_noise_swamps_everything():
 @pytest.mark.parametrize("higher_is_better", [True, False])
 def test_verdicts_are_paired_changes_verdicts(higher_is_better, blocks):
     """The vectorised judgement is stats.paired_change's, run for run (one block: "not enough
-    data" in both, INVARIANTS 60)."""
+    data" in both, INVARIANTS 50)."""
     d = design(blocks)
     noise = null_noise(blocks, draws=40) * 3  # wide enough to mix the verdicts
     slowdown = 0.08

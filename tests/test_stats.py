@@ -136,7 +136,7 @@ def test_block_effects_cancel_drift_between_blocks():
 
 
 def test_one_abba_block_is_the_two_sample_interval_with_no_verdict():
-    """INVARIANTS 60: one block's change and interval are given, never a verdict, however
+    """INVARIANTS 50: one block's change and interval are given, never a verdict, however
     clear (a position effect would look the same), with the blocks that would decide it."""
     values = servers(1, 0.90, 0.005, seed=5)
     change = paired_change(values, "A", "B", higher_is_better=True)

@@ -92,7 +92,7 @@ def outer_slow(share: float) -> Noise:
 
 @pytest.mark.parametrize("share,alone", [(0.75, 0.7), (0.90, 0.2)])
 def test_one_block_gives_no_verdict_because_position_reads_as_a_change(share, alone):
-    """INVARIANTS 60. The H200 A/A run of `bench run qwen35 -c 64 --abba`, one block, said
+    """INVARIANTS 50. The H200 A/A run of `bench run qwen35 -c 64 --abba`, one block, said
     "faster (+35.3%)": both A servers were slow. In one A B B A block arm A holds the outer
     positions, so an effect of a server's position is arm A's: with the outer servers 25% (10%)
     slower the interval alone calls 79% (22%) of A/A runs "faster" or "slower", against a
