@@ -87,6 +87,20 @@ def test_max_chunks_bounds_every_step():
 HK, HV, DK, DV, KW = 16, 16, 128, 128, 4  # 0.8b's Gated DeltaNet
 
 
+def _layer_tensors(tokens: int) -> tuple:
+    """A 0.8b Gated DeltaNet layer's inputs for `tokens` tokens: the projection's mixed [T, C]
+    and a/b [T, Hv], the conv weight, the conv and state pools (10 slots), the two gates."""
+    channels = 2 * HK * DK + HV * DV
+    return (
+        torch.zeros(tokens, channels, dtype=torch.bfloat16),
+        torch.zeros(tokens, HV, dtype=torch.bfloat16),
+        torch.zeros(channels, KW, dtype=torch.bfloat16),
+        torch.zeros(10, channels, KW - 1, dtype=torch.bfloat16),
+        torch.zeros(10, HV, DK, DV),
+        (torch.zeros(HV), torch.zeros(HV)),
+    )
+
+
 def _launches(op, steps: list[str], bucket: int | None) -> list[list[tuple]]:
     """Per step, the op's recorded launches (engine/kernels/offline.py) as comparable tuples:
     kernel, grid, constexprs, and per argument its value, or for a tensor made outside the op
@@ -94,16 +108,9 @@ def _launches(op, steps: list[str], bucket: int | None) -> list[list[tuple]]:
     typed pointer), for one the op allocates its shape, strides and dtype: on a CPU it has no
     fixed address; under a CUDA graph it gets the captured one, if its size agrees."""
     offline = pytest.importorskip("engine.kernels.offline")
-    tokens = bucket or 96
     inputs = StepInputs(96, 16, 8, torch.device("cpu"), slots=1)  # one host buffer: on a GPU
     # the device buffer is one whatever the host slots
-    channels = 2 * HK * DK + HV * DV
-    mixed = torch.zeros(tokens, channels, dtype=torch.bfloat16)
-    ab = torch.zeros(tokens, HV, dtype=torch.bfloat16)
-    weight = torch.zeros(channels, KW, dtype=torch.bfloat16)
-    conv = torch.zeros(10, channels, KW - 1, dtype=torch.bfloat16)
-    state = torch.zeros(10, HV, DK, DV)
-    gates = (torch.zeros(HV), torch.zeros(HV))
+    mixed, ab, weight, conv, state, gates = _layer_tensors(bucket or 96)
     outside = {t.untyped_storage().data_ptr() for t in (mixed, ab, weight, conv, state, *gates)}
     outside.add(inputs.hosts[0].untyped_storage().data_ptr())
 
@@ -144,6 +151,44 @@ def _dispatch_op(mixed, ab, weight, conv, state, gates, batch):
     qkv = triton_gdn.causal_conv(mixed, weight, conv, batch)
     args = (qkv, ab[: len(qkv)], ab[: len(qkv)], *gates, state, batch, HK, DK, DV)
     triton_gdn.gated_delta_prefill("triton_split", *args)
+
+
+def _variants(op, steps: list[str]) -> dict[str, set]:
+    """Per kernel, the Triton variants (offline.Launch.variant) its launches need over `steps`."""
+    offline = pytest.importorskip("engine.kernels.offline")
+    inputs = StepInputs(96, 16, 8, torch.device("cpu"), slots=1)
+    mixed, ab, weight, conv, state, gates = _layer_tensors(96)
+    variants: dict[str, set] = {}
+    for name in steps:
+        batch = _stage(inputs, name, bucket=None)
+        launches: list = []
+        with offline.recording(launches):
+            op(mixed[: batch.host.cu_seqlens[-1]], ab, weight, conv, state, gates, batch)
+        for launch in launches:
+            variants.setdefault(launch.kernel.fn.__name__, set()).add(launch.variant)
+    return variants
+
+
+@pytest.mark.parametrize("kind", ["triton", "triton_split"])
+def test_every_eager_step_shape_reuses_one_compiled_kernel(kind):
+    """The eager prefill and mixed steps' launches are one Triton variant per kernel whatever
+    the step's rows: a mixed step's first chunked row (0, 1, 3 leading decode rows here) is not
+    specialised, and the split kernel's chunk tables start 16-byte aligned whatever their
+    lengths. Else each step shape compiles the kernels anew (seconds each) inside a
+    server's first minutes (session 7 on the H200)."""
+    from engine.kernels import triton_gdn
+
+    def op(mixed, ab, weight, conv, state, gates, batch):
+        qkv = triton_gdn.causal_conv(mixed, weight, conv, batch)
+        args = (qkv, ab[: len(qkv)], ab[: len(qkv)], *gates, state, batch, HK, DK, DV)
+        triton_gdn.gated_delta_prefill(kind, *args)
+
+    variants = _variants(op, ["mixed", "other-mixed", "prefill", "no-prefix"])
+    chunked = {"triton": {"_gdn_chunked_kernel"}, "triton_split": {
+        "_gdn_prepare_kernel", "_gdn_states_kernel", "_gdn_outputs_kernel"}}[kind]  # fmt: skip
+    assert chunked | {"_conv_kernel", "_gdn_recurrent_kernel"} <= set(variants)
+    for kernel, seen in variants.items():
+        assert len(seen) == 1, (kernel, seen)
 
 
 def test_one_graph_serves_every_step_of_a_bucket():

@@ -62,6 +62,26 @@ class Launch(NamedTuple):
                 tuple(sorted(self.options.items())), types)  # fmt: skip
 
     @property
+    def variant(self) -> tuple:
+        """What Triton compiles this launch as, by its rule (triton/backends/compiler.py,
+        `get_int_specialization`, `get_tensor_specialization`): `key`, and per argument it
+        specialises, whether an int is divisible by 16 or a tensor's address is 16-byte
+        aligned; an int past int32 is another type. Two launches of one variant share a
+        compiled kernel; a new variant is a new compile."""
+        marks = []
+        params = [p for p in self.kernel.params if not p.is_constexpr]
+        for param, arg in zip(params, self.args, strict=False):
+            if isinstance(arg, bool) or arg is None or isinstance(arg, float):
+                continue  # not specialised (bools and floats), or a constexpr (None)
+            if isinstance(arg, int):
+                wide = not -(2**31) <= arg < 2**31
+                marks.append((param.name, wide, not param.do_not_specialize and arg % 16 == 0))
+            elif isinstance(arg, torch.Tensor):
+                aligned = not (param.do_not_specialize or param.do_not_specialize_on_alignment)
+                marks.append((param.name, aligned and arg.data_ptr() % 16 == 0))
+        return (*self.key, tuple(marks))
+
+    @property
     def fixed_grid(self) -> bool:
         """A launch on a grid fixed per token bucket: a device bound given."""
         names = [p.name for p in self.kernel.params]

@@ -197,7 +197,14 @@ def _row_state_tile(
     return h, start, end, vd, vmask, sptr, state
 
 
-@triton.jit
+# A step's first row (ROW0: a mixed step's leading decode rows, 0, 1, 3, 16, ...) is not
+# specialised: Triton would compile a variant for ints divisible by 16 and one for the rest,
+# each compile of these kernels seconds long, paid inside a server's first steps (session 7:
+# a fresh server's first minutes ran at a few hundred tok/s). See `_chunk_tables` too.
+_PER_STEP = ["ROW0"]
+
+
+@triton.jit(do_not_specialize=_PER_STEP)
 def _gdn_recurrent_kernel(
     QKV, A, B, A_LOG, DT_BIAS, STATE, OUT, CU, CACHED, SLOTS,
     ROW0, ROW_RANGE, stride_t, stride_ab, HK, HV, scale,
@@ -292,7 +299,7 @@ def _launch(
     return out
 
 
-@triton.jit
+@triton.jit(do_not_specialize=_PER_STEP)
 def _gdn_chunked_kernel(
     QKV, A, B, A_LOG, DT_BIAS, STATE, OUT, CU, CACHED, SLOTS,
     ROW0, ROW_RANGE, stride_t, stride_ab, HK, HV, scale,
@@ -502,7 +509,7 @@ def _unit_lower_inverse(lower, count, C: tl.constexpr, LEVELS: tl.constexpr):
     return inverse
 
 
-@triton.jit
+@triton.jit(do_not_specialize=_PER_STEP)
 def _gdn_states_kernel(
     W, U, KD, G, STATE, H, CU, CACHED, SLOTS, FIRST_CHUNK, ROW0, ROW_RANGE, HV,
     DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr, C: tl.constexpr,
@@ -624,15 +631,20 @@ def _chunk_tables(meta, chunk: int, row0: int):
     first layer) and kept on `meta`: their count, and on the device each chunk's row and
     first token, and each row's first chunk (rows before `row0` have none). Built on the host
     from the rows' lengths (`gdn_tables.chunk_tables`, what the step inputs stage for a
-    captured step) and sent in one copy that does not wait for the GPU."""
+    captured step) and sent in one copy that does not wait for the GPU. Each table starts on
+    a 16-byte boundary, whatever the counts: Triton specialises a pointer on that alignment,
+    and tables packed end to end would give the kernels a new compile per step shape."""
     kept = getattr(meta, "gdn_chunks", None)
     if kept is not None and kept[0] == (chunk, row0):
         return kept[1]
     chunk_row, chunk_start, first = chunk_tables(np.asarray(meta.num_new), row0, chunk)
     count = len(chunk_row)
-    device = rows_to(np.concatenate([chunk_row, chunk_start, first]), torch.int32,
-                     meta.cu_seqlens.device)  # fmt: skip
-    tables = (count, device[:count], device[count : 2 * count], device[2 * count :])
+    width = -(-max(count, len(first)) // 4) * 4  # int32s: a multiple of 16 bytes
+    packed = np.zeros((3, width), dtype=np.int64)
+    for i, table in enumerate((chunk_row, chunk_start, first)):
+        packed[i, : len(table)] = table
+    device = rows_to(packed, torch.int32, meta.cu_seqlens.device)
+    tables = (count, device[0, :count], device[1, :count], device[2, : len(first)])
     meta.gdn_chunks = ((chunk, row0), tables)
     return tables
 
