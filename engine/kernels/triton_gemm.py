@@ -104,7 +104,7 @@ def _skinny_gemm_kernel(
     x_ptrs = X + rows[:, None] * stride_xm + ks[None, :]
     w_ptrs = W + cols[:, None].to(tl.int64) * stride_wn + ks[None, :]  # an LM head: 482M elems
     row_ok, col_ok = rows[:, None] < M, cols[:, None] < N
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)  # out^T: the weight's rows lead
     start = split * K_PER_SPLIT
     for k in range(start, tl.minimum(start + K_PER_SPLIT, K), BLOCK_K):
         if EVEN_K:
@@ -114,9 +114,9 @@ def _skinny_gemm_kernel(
             k_ok = (k + ks[None, :]) < K
             x = tl.load(x_ptrs + k, mask=row_ok & k_ok, other=0.0)
             w = tl.load(w_ptrs + k, mask=col_ok & k_ok, other=0.0)
-        acc += tl.dot(x, tl.trans(w))
-    out = OUT + split * M * N + rows[:, None] * stride_om + cols[None, :]
-    tl.store(out, acc.to(OUT.dtype.element_ty), mask=row_ok & (cols[None, :] < N))
+        acc += tl.dot(w, tl.trans(x))
+    out = OUT + split * M * N + rows[None, :] * stride_om + cols[:, None]
+    tl.store(out, acc.to(OUT.dtype.element_ty), mask=(rows[None, :] < M) & col_ok)
 
 
 @triton.jit
