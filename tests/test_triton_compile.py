@@ -66,7 +66,7 @@ def test_every_config_the_split_sweep_tries_compiles_for_sm90():
 
 def test_skinny_gemm_compiles_for_sm90_at_every_real_shape():
     """engine.dense_kernel triton: the GEMM and its split sum at each dense GEMM of 0.8b and
-    Orpheus 3b, rows 1, 16, 64 and 128 (offline.GEMM_SHAPES), bf16 and fp16, each distinct
+    Orpheus 3b, rows 1, 16, 64 and 128 (triton_gemm.SHAPES), bf16 and fp16, each distinct
     launch compiled once with the JIT's divisibility hints (aligned loads: without them the
     loop is not pipelined); its loads pipelined (cp.async) and its blocks within an H200
     block's shared memory (the stages' tiles: 128 KiB at 64 rows, 192 KiB for an LM head's
@@ -75,7 +75,8 @@ def test_skinny_gemm_compiles_for_sm90_at_every_real_shape():
     launches = offline.record_gemm_launches(torch.bfloat16)
     launches += offline.record_gemm_launches(torch.float16)
     assert {launch.kernel.fn.__name__ for launch in launches} == {
-        "_skinny_gemm_kernel", "_split_sum_kernel"
+        "_skinny_gemm_kernel",
+        "_split_sum_kernel",
     }
     distinct = {launch.variant: launch for launch in launches}
     for launch in distinct.values():

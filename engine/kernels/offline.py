@@ -136,29 +136,18 @@ def record_launches(dtype: torch.dtype) -> list[Launch]:
     return launches
 
 
-# The dense GEMMs of a step (N, K), as the CUDA ops run them (packed where packed), with the
-# rows the skinny GEMM takes: a lone decode row, 16, 64 (the decode step measured) and its bound.
-GEMM_SHAPES = {
-    "0.8b": {
-        "gdn_in_proj": (8224, 1024), "attn_qkv": (5120, 1024), "mlp_gate_up": (7168, 1024),
-        "out_proj": (1024, 2048), "down_proj": (1024, 3584), "lm_head": (248_320, 1024),
-    },
-    "3b": {
-        "attn_qkv": (5120, 3072), "mlp_gate_up": (16_384, 3072), "o_proj": (3072, 3072),
-        "down_proj": (3072, 8192), "lm_head": (156_940, 3072),
-    },
-}  # fmt: skip
+# The rows the skinny GEMM takes: a lone decode row, 16, 64 (the decode step measured), its bound.
 GEMM_ROWS = (1, 16, 64, triton_gemm.MAX_ROWS)
 
 
 def record_gemm_launches(dtype: torch.dtype = torch.bfloat16) -> list[Launch]:
-    """The skinny GEMM's launches at every shape of GEMM_SHAPES for every row count of
+    """The skinny GEMM's launches at every shape of triton_gemm.SHAPES for every row count of
     GEMM_ROWS, as `skinny_linear` plans them. The weight is one row broadcast ([N, K], stride 0
     along N: nothing of an LM head's 500 MB allocated); its compile is the same (a stride of 0
     divides by 16 as 1024 does)."""
     launches: list = []
     with recording(launches):
-        for shapes in GEMM_SHAPES.values():
+        for shapes in triton_gemm.SHAPES.values():
             for n, k in shapes.values():
                 weight = torch.zeros(1, k, dtype=dtype).expand(n, k)
                 for m in GEMM_ROWS:

@@ -57,6 +57,18 @@ MAX_ROWS = 128  # callers run torch's GEMM above this many rows (prefill steps)
 SMS = 132  # the H200's streaming multiprocessors
 MAX_SPLIT = 8  # partials of at most 8 x M x N fp32 (2 MB at M = 64, N = 1024)
 DTYPES = (torch.bfloat16, torch.float16)
+# The dense GEMMs of a decode step, (N, K), as the CUDA ops run them (packed where packed): the
+# shapes the compile test, the GPU tests and benchmarks/bench_gemm.py take.
+SHAPES = {
+    "0.8b": {
+        "gdn_in_proj": (8224, 1024), "attn_qkv": (5120, 1024), "mlp_gate_up": (7168, 1024),
+        "out_proj": (1024, 2048), "down_proj": (1024, 3584), "lm_head": (248_320, 1024),
+    },
+    "3b": {
+        "attn_qkv": (5120, 3072), "mlp_gate_up": (16_384, 3072), "o_proj": (3072, 3072),
+        "down_proj": (3072, 8192), "lm_head": (156_940, 3072),
+    },
+}  # fmt: skip
 
 
 class GemmPlan(NamedTuple):
@@ -144,7 +156,9 @@ def skinny_linear(
     m, k = x.shape
     n = weight.shape[0]
     if x.dtype not in DTYPES or m > MAX_ROWS or weight.shape[1] != k:
-        raise ValueError(f"skinny_linear: x {tuple(x.shape)} {x.dtype}, weight {tuple(weight.shape)}")
+        raise ValueError(
+            f"skinny_linear: x {tuple(x.shape)} {x.dtype}, weight {tuple(weight.shape)}"
+        )
     if x.stride(1) != 1:
         x = x.contiguous()
     if weight.stride(1) != 1:
