@@ -4,6 +4,7 @@ prefill (or mixed) steps beside it.
     python -m benchmarks.bench_gpu_step --size 0.8b --batch 64 --context 512 --kernels cuda
     python -m benchmarks.bench_gpu_step --batch 64 --graphs --piecewise --prefill 1x384 4x256
     python -m benchmarks.bench_gpu_step --scenario orpheus --size 3b --context 256 --graphs
+    python -m benchmarks.bench_gpu_step --batch 64 --graphs --dense-kernel triton
 
 Runs the engine's own step (`Engine.launch`, the wait, the host copy, `step_finished`) on a
 batch of requests whose prompts are prefilled first, then times decode steps: wall time per
@@ -34,7 +35,7 @@ import numpy as np
 import torch
 
 from benchmarks import device_streams, stats
-from engine.config import Scenario, load_scenario
+from engine.config import DENSE_KERNELS, Scenario, load_scenario
 from engine.kernels import GDN_PREFILL
 from engine.messages import AddRequest
 from engine.models import architecture
@@ -109,6 +110,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--decode-tensor-cores", action=argparse.BooleanOptionalAction, default=False
     )
+    parser.add_argument(  # engine.dense_kernel: the dense projections on cuBLAS or ours
+        "--dense-kernel", default="torch", choices=list(DENSE_KERNELS)
+    )
     parser.add_argument("--state-dtype", default="float32", choices=["float32", "bfloat16"])
     parser.add_argument("--prefill", nargs="*", default=[], metavar="RxL")
     parser.add_argument("--profile", default=None, help="write a profiler table here")
@@ -124,6 +128,7 @@ def main(argv: list[str] | None = None) -> None:
         piecewise_graphs=args.piecewise, piecewise_gdn=args.piecewise_gdn, mixing=args.mixing,
         gdn_prefill=args.gdn_prefill, gdn_split=args.gdn_split,
         decode_tensor_cores=args.decode_tensor_cores, state_dtype=args.state_dtype,
+        dense_kernel=args.dense_kernel,
         max_rows=args.batch + max((int(p.split("x")[0]) for p in args.prefill), default=0),
     )  # fmt: skip
     for _ in range(args.warmup):
@@ -137,7 +142,8 @@ def main(argv: list[str] | None = None) -> None:
     print(
         f"decode step, size {scenario.size}, batch {args.batch}, context {args.context}, "
         f"kernels {engine.ops.name}, graphs {engine.graphs is not None}, decode tensor cores "
-        f"{args.decode_tensor_cores}, state {args.state_dtype}: {stats.render(decode)} over "
+        f"{args.decode_tensor_cores}, state {args.state_dtype}, dense {args.dense_kernel}: "
+        f"{stats.render(decode)} over "
         f"{decode.n} steps = {args.batch / decode.median * 1e3:,.0f} tok/s{_mask_note(engine)}"
     )
     if args.profile:

@@ -94,6 +94,11 @@ class EngineConfig:
     # one kernel) or "fused" (that, and each residual unit's Snake -> depthwise conv -> Snake
     # one kernel). Captured by the codec graphs like the rest. "torch" until measured on a GPU.
     codec_kernels: str = "torch"
+    # The dense projections of a step on the CUDA kernels (engine/kernels/triton_gemm.py):
+    # "torch" (cuBLAS through torch) or "triton" (ours for steps of up to 128 rows in
+    # bf16/fp16, the weight streamed once; more rows, and fp32, stay on torch's). Ignored by
+    # the torch reference. "torch" until measured on a GPU.
+    dense_kernel: str = "torch"
     # Resources that stage host data behind a non-blocking copy (the step inputs, FlashInfer's
     # plans) keep two host buffers used in turn; off: one (the staging hazard, for an A/B).
     double_buffer: bool = True
@@ -113,6 +118,17 @@ class EngineConfig:
             parse_split_config(self.gdn_split)
         except ValueError as exc:
             raise ConfigError(f"engine.gdn_split: {exc}") from None
+        check_dense_kernel(self.dense_kernel)
+
+
+DENSE_KERNELS = ("torch", "triton")  # engine.dense_kernel
+
+
+def check_dense_kernel(name: str) -> None:
+    if name not in DENSE_KERNELS:
+        raise ConfigError(
+            f"engine.dense_kernel must be one of {', '.join(DENSE_KERNELS)}, got {name!r}"
+        )
 
 
 @dataclass(frozen=True)

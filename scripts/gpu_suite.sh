@@ -2,7 +2,7 @@
 # Every GPU test and benchmark of the project, for one `device` run (see docs/BENCHMARKS.md):
 #   bash scripts/gpu_suite.sh STAGE...  STAGE: tests | quick | step | prefill | options | mixed |
 #   splitstep | splittune | stacks | accuracy | gdn | gdncap | gdnbench | run | evidence | orpheus |
-#   orpheus_step | codec | codec_overlap | codec_kernels | all
+#   orpheus_step | codec | codec_overlap | codec_kernels | gemm | all
 # with carry [".whl", ".jitcache"]. Logs go under $OUT (default ./gpu-out). JIT caches
 # (FlashInfer, Triton) are restored from .jitcache/ when present and saved to $OUT/jit-*.
 set -uo pipefail
@@ -225,6 +225,22 @@ for stage in "${stages[@]}"; do
         | tee "$OUT/codec_kernels_tests.log"
       timeout 330 python3 -m benchmarks.bench_codec --profile "$OUT/codec_kernels_profile.txt" \
         2>&1 | grep -v "^USDT" | tee "$OUT/bench_codec.log" ;;
+    gemm)  # engine.dense_kernel (our GEMM for few rows, engine/kernels/triton_gemm.py): each
+      # real shape torch vs ours (bench_gemm, no model built), then the 0.8b decode step at
+      # batch 64 with graphs both ways, profiled (the GPU's busy time a step), then its GPU
+      # tests in what is left of the call (the 0.8b engine test builds three models).
+      # Guards: 120 + 2 x 150 + the rest of 570 s.
+      timeout 120 python3 -m benchmarks.bench_gemm --json "$OUT/gemm.jsonl" 2>&1 \
+        | tee "$OUT/bench_gemm.log"
+      for dense in torch triton; do
+        timeout 150 python3 -m benchmarks.bench_gpu_step --batch 64 --context 512 --graphs \
+          --dense-kernel $dense --profile "$OUT/profile_gemm_$dense.txt" 2>&1 \
+          | grep -E "decode step|GPU busy|Error|error" | tee -a "$OUT/bench_step.log"
+      done
+      left=$((570 - SECONDS))
+      [ $left -gt 60 ] && timeout $left python3 -m pytest -m gpu -q -rA -s \
+        tests/test_gpu_kernels.py tests/test_gpu.py -k "skinny or dense_kernel" 2>&1 \
+        | tail -n 40 | tee "$OUT/gemm_tests.log" ;;
   esac
 done
 # Save the JIT caches (compiled .so files and Triton cubins only) for the next machine.

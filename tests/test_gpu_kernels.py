@@ -290,3 +290,49 @@ def test_ops_objects_are_interchangeable():
     public = {n for n in dir(TORCH_OPS) if not n.startswith("_")}
     model = torch.nn.ModuleDict({"a": GatedAttention(64, 4, 2, 16, 1e-6)}).to(CUDA)
     assert public <= {n for n in dir(CudaOps(model, CUDA, page_size=16)) if not n.startswith("_")}
+
+
+@pytest.mark.parametrize("rows", [1, 7, 16, 64, 128])
+@pytest.mark.parametrize("model", ["0.8b", "3b"])
+def test_skinny_gemm_equals_fp32_math_at_every_real_shape(model, rows):
+    """engine.dense_kernel triton (engine/kernels/triton_gemm.py) at each dense GEMM of 0.8b and
+    Orpheus 3b (triton_gemm.SHAPES), bf16, x a strided view: within one bf16 ulp (2^-7
+    relative to 1 + |want|) of x.float() @ w.float().T, as torch's GEMM is; fp32 accumulation,
+    one rounding (the split's partials summed in fp32 too)."""
+    from engine.kernels import triton_gemm
+
+    gen = torch.Generator(device=CUDA).manual_seed(rows)
+    for name, (n, k) in triton_gemm.SHAPES[model].items():
+        wide = torch.randn(rows, 2 * k, device=CUDA, generator=gen).bfloat16()
+        x = wide[:, :k]  # rows strided
+        w = (torch.randn(n, k, device=CUDA, generator=gen) / k**0.5).bfloat16()
+        want = x.float() @ w.float().T
+        got = triton_gemm.skinny_linear(x, w)
+        ours = ((got.float() - want).abs() / (1 + want.abs())).max().item()
+        cublas = (torch.nn.functional.linear(x, w).float() - want).abs() / (1 + want.abs())
+        print(f"{model} {name} M={rows}: ours {ours:.2e}, torch {cublas.max().item():.2e}")
+        assert got.dtype == torch.bfloat16 and got.shape == (rows, n), name
+        assert ours <= 2**-7, (name, ours)
+        del w, want, got
+
+
+def test_skinny_gemm_replays_in_a_cuda_graph():
+    """Captured once (its split launch too: 0.8b's down_proj at 64 rows), replayed on new
+    inputs: the same output as an eager call on them."""
+    from engine.kernels import triton_gemm
+
+    x = torch.randn(64, 3584, device=CUDA).bfloat16()
+    w = (torch.randn(1024, 3584, device=CUDA) / 60).bfloat16()
+    assert triton_gemm.plan(64, 1024, 3584).split > 1
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        triton_gemm.skinny_linear(x, w)  # compile before capture
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = triton_gemm.skinny_linear(x, w)
+    x.copy_(torch.randn_like(x.float()).bfloat16())
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, triton_gemm.skinny_linear(x, w))

@@ -7,10 +7,13 @@ import json
 
 import pytest
 import torch
+import torch.nn.functional as F
 from safetensors.torch import save_file
 
 from engine.batch import ForwardBatch
 from engine.cache import KVCache
+from engine.kernels import build_ops
+from engine.kernels.torch_ops import TORCH_OPS, TorchOps
 from engine.models import build_model
 from engine.models.qwen35 import PRESETS, CheckpointError, Qwen35ForCausalLM
 
@@ -105,6 +108,33 @@ def test_cached_path_equals_forward_full(tiny):
             if length >= len(seqs[rid]):  # prompt consumed: extend greedily
                 seqs[rid].append(int(logits[row].argmax()))
     assert checked == 31 and decode_steps == 6
+
+
+class _ModuleCalls(TorchOps):
+    """The reference ops as the layers ran before `ops.linear`: each out_proj, o_proj and
+    down_proj the Linear's own call, the LM head F.linear on its weight."""
+
+    def linear(self, layer, x):
+        return layer(x) if isinstance(layer, torch.nn.Linear) else F.linear(x, layer.weight)
+
+
+def test_reference_linear_equals_the_module_calls_bit_for_bit(tiny):
+    """`ops.linear` on the torch reference (what a CPU engine runs, engine.dense_kernel
+    whatever it says) changes no bit of a step's logits: prefill, mixed and decode steps
+    against the layers' former module calls; and build_ops gives a CPU engine the reference
+    with dense_kernel triton too."""
+    assert build_ops("auto", tiny, torch.device("cpu"), 4, dense_kernel="triton") is TORCH_OPS
+    seqs = _prompts([9, 4, 13], tiny.config.vocab_size)
+    runs = {}
+    for name, ops in (("reference", TORCH_OPS), ("module calls", _ModuleCalls())):
+        engine, logits = Requests(tiny), []
+        steps = [{0: seqs[0], 1: seqs[1]}, {0: [5], 1: [6], 2: seqs[2]}, {0: [7], 1: [8], 2: [9]}]
+        for new in steps:
+            batch = dataclasses.replace(engine.step(new), ops=ops)
+            logits.append(tiny(batch, engine.cache))
+        runs[name] = logits
+    for got, want in zip(runs["reference"], runs["module calls"], strict=True):
+        assert torch.equal(got, want)
 
 
 def test_bf16_state_slots_round_only_the_storage(tiny):

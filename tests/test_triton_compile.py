@@ -62,3 +62,31 @@ def test_every_config_the_split_sweep_tries_compiles_for_sm90():
         assert result.cubin, result
         assert result.shared <= offline.H200_SHARED_BYTES, result
     assert len(results) > 3 * len(configs) // 4  # most configs change some kernel's compile
+
+
+def test_skinny_gemm_compiles_for_sm90_at_every_real_shape():
+    """engine.dense_kernel triton: the GEMM and its split sum at each dense GEMM of 0.8b and
+    Orpheus 3b, rows 1, 16, 64 and 128 (triton_gemm.SHAPES), bf16 and fp16, each distinct
+    launch compiled once with the JIT's divisibility hints (aligned loads: without them the
+    loop is not pipelined); its loads pipelined (cp.async) and its blocks within an H200
+    block's shared memory (the stages' tiles: 128 KiB at 64 rows, 192 KiB for an LM head's
+    128-wide tiles). The grids are the plan's:
+    0.8b's down_proj at 64 rows is 16 tiles x 7 splits, its LM head 1940 tiles of 128."""
+    launches = offline.record_gemm_launches(torch.bfloat16)
+    launches += offline.record_gemm_launches(torch.float16)
+    assert {launch.kernel.fn.__name__ for launch in launches} == {
+        "_skinny_gemm_kernel",
+        "_split_sum_kernel",
+    }
+    distinct = {launch.variant: launch for launch in launches}
+    for launch in distinct.values():
+        binary = offline.compile_launch(launch, specialise=True)  # as the GPU's JIT compiles it
+        assert binary.asm["cubin"], launch.key
+        assert binary.metadata.shared <= offline.H200_SHARED_BYTES, (launch.key, binary.metadata)
+        if launch.kernel.fn.__name__ == "_skinny_gemm_kernel":  # the weight's loads pipelined
+            assert "cp.async" in binary.asm["ptx"], launch.key
+    gemms = [launch for launch in launches if launch.kernel.fn.__name__ == "_skinny_gemm_kernel"]
+    by_shape = {(launch.args[3], launch.args[4], launch.args[5]): launch.grid for launch in gemms}
+    assert by_shape[(64, 1024, 3584)] == (16, 7)
+    assert by_shape[(64, 248_320, 1024)] == (1940, 1)
+    assert by_shape[(64, 8224, 1024)] == (129, 1)

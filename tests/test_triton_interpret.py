@@ -485,3 +485,80 @@ def test_snac_decoder_dispatches_its_kernels_and_decodes_as_the_reference():
     assert report["fused"]["calls"] == {"snake": 5, "residual_snake_conv": 12}
     for kernels, result in report.items():
         assert result["err"] < 1e-5, (kernels, result)
+
+
+# The dense GEMM for few rows (engine/kernels/triton_gemm.py) against fp32 math on the same
+# (rounded) inputs: small shapes, 0.8b-like ones cut in N (the interpreter runs each program in
+# Python), rows 1, 7 and 64, x a strided view (every other row of a wider buffer), K not a
+# multiple of BLOCK_K, and the K split forced on and off. Triton 3.6's interpreter multiplies
+# bf16 operands of tl.dot as their uint16 bit patterns (create_dot never converts them), so
+# this subprocess widens them to fp32 first, as the GPU's MMA does (exact products in fp32).
+GEMM_CHECK = r"""
+import json
+import numpy as np
+import torch
+from triton.runtime import interpreter
+from engine.kernels import triton_gemm
+
+create_dot = interpreter.InterpreterBuilder.create_dot
+
+
+def widened_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
+    import triton.language as tl
+    if a.dtype.scalar == tl.bfloat16:
+        widen = lambda t: interpreter.TensorHandle(
+            interpreter._convert_float(t.data, tl.bfloat16, tl.float32, None).view(np.float32),
+            tl.float32,
+        )
+        a, b = widen(a), widen(b)
+    return create_dot(self, a, b, d, input_precision, max_num_imprecise_acc)
+
+
+interpreter.InterpreterBuilder.create_dot = widened_dot
+torch.manual_seed(0)
+report = {}
+shapes = [(1, 96, 256), (7, 200, 384), (64, 136, 1024), (16, 64, 200), (64, 72, 3584),
+          (1, 130, 2048), (7, 256, 1024)]
+for dtype in (torch.bfloat16, torch.float16):
+    for m, n, k in shapes:
+        for split in (None, 1, 3):
+            wide = torch.randn(2 * m, k).to(dtype)
+            x = wide[::2]  # rows strided
+            w = (torch.randn(n, k) / k**0.5).to(dtype)
+            want = x.float() @ w.float().T
+            got = triton_gemm.skinny_linear(x, w, split=split)
+            plan = triton_gemm.plan(m, n, k, split)
+            rel = ((got.float() - want).abs() / (1 + want.abs())).max().item()
+            report[f"{str(dtype)[6:]}-{m}x{n}x{k}-split{split}"] = {
+                "err": rel, "dtype": str(got.dtype), "shape": list(got.shape),
+                "split": plan.split,
+            }
+    out = torch.full((7, 2 * 200), 7.0, dtype=dtype)  # into a view whose rows are strided
+    x, w = torch.randn(7, 384).to(dtype), torch.randn(200, 384).to(dtype)
+    view = out[:, :200]
+    triton_gemm.skinny_linear(x, w, out=view, split=2)
+    want = x.float() @ w.float().T
+    report[f"{str(dtype)[6:]}-out-view"] = {
+        "err": ((view.float() - want).abs() / (1 + want.abs())).max().item(),
+        "rest_untouched": bool((out[:, 200:] == 7.0).all()), "split": 2,
+        "dtype": str(view.dtype), "shape": list(view.shape),
+    }
+print(json.dumps(report))
+"""
+
+
+def test_skinny_gemm_in_the_interpreter_equals_fp32_math():
+    """skinny_linear against x.float() @ w.float().T: it accumulates in fp32 and rounds once,
+    so it is within one ulp of the output dtype (bf16 2^-7, fp16 2^-10 relative; the
+    interpreter's fp32 -> bf16 truncates) plus fp32 summation-order noise, whatever the split.
+    The split launches sum in a fixed order; the forced split 3 of K = 200 takes 2 steps."""
+    report = _interpret(GEMM_CHECK)
+    assert len(report) == 2 * (7 * 3 + 1), sorted(report)
+    for name, result in report.items():
+        ulp = 2**-7 if name.startswith("bfloat16") else 2**-10
+        assert result["err"] <= ulp + 1e-5, (name, result)
+        assert result["dtype"] == "torch." + name.split("-")[0], name
+        assert result.get("rest_untouched", True), name
+    assert report["bfloat16-64x72x3584-splitNone"]["split"] == 7  # 0.8b's down_proj split
+    assert report["bfloat16-1x96x256-splitNone"]["split"] == 1
+    assert report["bfloat16-1x130x2048-split3"]["split"] == 3

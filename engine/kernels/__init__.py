@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from engine.config import ConfigError
+from engine.config import ConfigError, check_dense_kernel
 from engine.kernels.gdn_config import parse_split_config
 from engine.kernels.torch_ops import TORCH_OPS
 
@@ -42,6 +42,7 @@ def build_ops(
     piecewise_gdn: bool = False,
     gdn_split: str = "default",
     gdn_split_from_tokens: int = 256,
+    dense_kernel: str = "torch",
 ):
     """The ops object a step's ForwardBatch carries for `model` on `device`; `slots` host
     buffers for the resources that declare `force_double_buffer`; `gdn_prefill` names the
@@ -49,7 +50,8 @@ def build_ops(
     `decode_tensor_cores` runs FlashInfer's decode attention on tensor cores; `piecewise_gdn`
     makes the CUDA ops' Gated DeltaNet capturable (engine.piecewise_gdn); `gdn_split` is the
     split kernel's launch configuration (engine.gdn_split, SplitConfig's text), taken by
-    `auto` from rows of `gdn_split_from_tokens` new tokens on."""
+    `auto` from rows of `gdn_split_from_tokens` new tokens on; `dense_kernel` runs the CUDA
+    ops' dense projections on torch's GEMM or ours for few rows (engine.dense_kernel)."""
     if gdn_prefill not in GDN_PREFILL:
         raise ConfigError(
             f"engine.gdn_prefill must be one of {', '.join(GDN_PREFILL)}, got {gdn_prefill!r}"
@@ -58,11 +60,12 @@ def build_ops(
         split = parse_split_config(gdn_split)
     except ValueError as exc:
         raise ConfigError(f"engine.gdn_split: {exc}") from None
+    check_dense_kernel(dense_kernel)
     if resolve_backend(name, device) == "torch":
         return TORCH_OPS
     from engine.kernels.cuda_ops import CudaOps  # imports triton: only where CUDA runs
 
     return CudaOps(
         model, device, page_size, slots, gdn_prefill, decode_tensor_cores, piecewise_gdn, split,
-        gdn_split_from_tokens,
-    )
+        gdn_split_from_tokens, dense_kernel,
+    )  # fmt: skip

@@ -2,6 +2,9 @@
 
 - Projections that read the same input run as one GEMM: the layer's weights are packed into
   one buffer at startup and each Linear's weight becomes a view of its rows (no copy kept).
+  Every dense projection (packed or not, the LM head too) runs on torch's GEMM (cuBLAS) or,
+  with `dense_kernel="triton"`, on ours for steps of up to triton_gemm.MAX_ROWS rows in
+  bf16/fp16 (triton_gemm.py: the weight streamed once); more rows and fp32 stay on torch's.
 - Norms, q/k norm + rotary, the gated norm, SiLU-and-multiply, the K/V store: Triton
   (triton_norms.py). Attention: FlashInfer for bf16/fp16; fp32 (the verification mode) uses
   the torch reference attention, since FlashInfer has no fp32 kernels.
@@ -26,7 +29,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from engine.kernels import triton_gdn, triton_norms
+from engine.kernels import triton_gdn, triton_gemm, triton_norms
 from engine.kernels.flashinfer_attention import FlashInferAttention
 from engine.kernels.gdn_config import SPLIT_DEFAULT, SplitConfig
 from engine.kernels.gpu_sampler import sample_on_gpu
@@ -61,8 +64,10 @@ class CudaOps:
         piecewise_gdn: bool = False,
         gdn_split: SplitConfig = SPLIT_DEFAULT,
         gdn_split_from_tokens: int = triton_gdn.SPLIT_FROM_TOKENS,
+        dense_kernel: str = "torch",
     ):
         self.device = device
+        self.dense_kernel = dense_kernel  # engine.dense_kernel: "torch" or "triton"
         self.gdn_prefill = gdn_prefill
         self.gdn_split = gdn_split  # the split Gated DeltaNet kernel's launch configuration
         self.gdn_split_from = gdn_split_from_tokens  # `auto`: the split kernel from this long
@@ -114,9 +119,22 @@ class CudaOps:
         return slot
 
     # --- ops -----------------------------------------------------------------------------
+    def _dense(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """x [T, K] @ weight[N, K]^T on `dense_kernel`'s GEMM (torch's past our row bound)."""
+        if (
+            self.dense_kernel == "triton"
+            and x.shape[0] <= triton_gemm.MAX_ROWS
+            and x.dtype in triton_gemm.DTYPES
+        ):
+            return triton_gemm.skinny_linear(x, weight)
+        return torch.nn.functional.linear(x, weight)
+
     def project(self, x: torch.Tensor, linears) -> list[torch.Tensor]:
         weight, sizes = self.packed[linears]
-        return list(torch.nn.functional.linear(x, weight).split(sizes, dim=-1))
+        return list(self._dense(x, weight).split(sizes, dim=-1))
+
+    def linear(self, layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        return self._dense(x, layer.weight)
 
     def norm(self, x, norm: RMSNorm, residual=None):
         return triton_norms.rms_norm(x, self.weights[norm], norm.eps, residual)
@@ -180,6 +198,6 @@ class CudaOps:
 
     def swiglu(self, x, gate: nn.Linear, up: nn.Linear) -> torch.Tensor:
         weight, _ = self.packed[(gate, up)]
-        return triton_norms.silu_mul(torch.nn.functional.linear(x, weight))
+        return triton_norms.silu_mul(self._dense(x, weight))
 
     sample = staticmethod(sample_on_gpu)

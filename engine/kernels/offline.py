@@ -3,7 +3,8 @@ Qwen3.5-0.8B's shapes (the codec's at SNAC 24 kHz's) with its kernels' launches 
 instead of run, and each recorded
 launch is compiled for a CUDA target (sm_90, the H200) by Triton's compiler and ptxas.
 Used by tests/test_triton_compile.py (does every kernel compile, and every launch
-configuration of the split Gated DeltaNet kernel the benchmark's sweep tries?),
+configuration of the split Gated DeltaNet kernel the benchmark's sweep tries, and the dense
+GEMM at every real shape (`record_gemm_launches`)?),
 scripts/kernel_registers.py (registers and spills of each, from `ptxas -v`) and
 tests/test_gdn_capture.py (would one CUDA graph serve two steps? `recording` gives the grids).
 
@@ -26,7 +27,7 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 from engine.batch import GdnTables
-from engine.kernels import gdn_tables, triton_gdn, triton_norms, triton_snac
+from engine.kernels import gdn_tables, triton_gdn, triton_gemm, triton_norms, triton_snac
 from engine.kernels.gdn_config import SPLIT_DEFAULT, SplitConfig
 
 H200 = GPUTarget("cuda", 90, 32)
@@ -108,7 +109,7 @@ class _Recorder:
 def recording(launches: list):
     """Every @triton.jit function of the kernel modules swapped for a recorder, and back."""
     swapped = []
-    for module in (triton_norms, triton_gdn, triton_snac):
+    for module in (triton_norms, triton_gdn, triton_snac, triton_gemm):
         for name in dir(module):
             value = getattr(module, name)
             if isinstance(value, triton.runtime.JITFunction):
@@ -132,6 +133,25 @@ def record_launches(dtype: torch.dtype) -> list[Launch]:
     with recording(launches):
         _run_wrappers(dtype)
         _run_codec_wrappers(dtype)
+    return launches
+
+
+# The rows the skinny GEMM takes: a lone decode row, 16, 64 (the decode step measured), its bound.
+GEMM_ROWS = (1, 16, 64, triton_gemm.MAX_ROWS)
+
+
+def record_gemm_launches(dtype: torch.dtype = torch.bfloat16) -> list[Launch]:
+    """The skinny GEMM's launches at every shape of triton_gemm.SHAPES for every row count of
+    GEMM_ROWS, as `skinny_linear` plans them. The weight is one row broadcast ([N, K], stride 0
+    along N: nothing of an LM head's 500 MB allocated); its compile is the same (a stride of 0
+    divides by 16 as 1024 does)."""
+    launches: list = []
+    with recording(launches):
+        for shapes in triton_gemm.SHAPES.values():
+            for n, k in shapes.values():
+                weight = torch.zeros(1, k, dtype=dtype).expand(n, k)
+                for m in GEMM_ROWS:
+                    triton_gemm.skinny_linear(torch.zeros(m, k, dtype=dtype), weight)
     return launches
 
 
@@ -255,9 +275,10 @@ def _run_wrappers(dtype: torch.dtype) -> None:
     triton_gdn.gated_delta_fixed_grid(*args)
 
 
-def source(kernel, args, constexprs) -> ASTSource:
+def source(kernel, args, constexprs, attrs: dict | None = None) -> ASTSource:
     """The ASTSource of one recorded launch: tensors become typed pointers, ints i32, floats
-    fp32, keyword arguments and None constexprs, in the kernel's parameter order."""
+    fp32, keyword arguments and None constexprs, in the kernel's parameter order; `attrs` the
+    specialisation hints (`specialisation`), none by default."""
     names = [p.name for p in kernel.params]
     given = dict(zip(names, args, strict=False))
     constexprs = {**constexprs, **{n: None for n, v in given.items() if v is None}}
@@ -276,15 +297,27 @@ def source(kernel, args, constexprs) -> ASTSource:
             signature[name] = "fp32"
         else:
             raise ValueError(f"{kernel.fn.__name__}: no argument for {name}")
-    return ASTSource(fn=kernel, signature=signature, constexprs=dict(constexprs))
+    return ASTSource(fn=kernel, signature=signature, constexprs=dict(constexprs), attrs=attrs)
 
 
-def compile_launch(launch: Launch, num_warps: int | None = None):
+def specialisation(launch: Launch) -> dict:
+    """The divisibility hints the JIT gives a launch on the GPU (`Launch.variant`'s marks): a
+    16-byte aligned tensor, an int divisible by 16. Without them the compiler cannot prove a
+    vector load aligned: its loads go scalar and its loops unpipelined (the skinny GEMM: 255
+    registers and spills, no cp.async, against 80 registers and 4 stages with them)."""
+    index = {p.name: i for i, p in enumerate(launch.kernel.params)}
+    marks = launch.variant[-1]
+    return {(index[mark[0]],): [["tt.divisibility", 16]] for mark in marks if mark[-1]}
+
+
+def compile_launch(launch: Launch, num_warps: int | None = None, specialise: bool = False):
     """The compiled kernel (its `asm` holds ptx and cubin; `metadata.shared` its shared memory)
-    of one recorded launch, with the launch's options (`num_warps` given here overrides)."""
+    of one recorded launch, with the launch's options (`num_warps` given here overrides);
+    `specialise`: with the JIT's divisibility hints, as the GPU compiles it (`specialisation`)."""
     options = {**launch.options} | ({"num_warps": num_warps} if num_warps else {})
+    attrs = specialisation(launch) if specialise else None
     return triton.compile(
-        source(launch.kernel, launch.args, launch.constexprs), target=H200, options=options
+        source(launch.kernel, launch.args, launch.constexprs, attrs), target=H200, options=options
     )
 
 

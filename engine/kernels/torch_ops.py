@@ -30,6 +30,10 @@ class TorchOps:
     def project(self, x: torch.Tensor, linears: tuple[nn.Linear, ...]) -> list[torch.Tensor]:
         return [F.linear(x, linear.weight) for linear in linears]
 
+    def linear(self, layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        """x @ layer.weight^T: a bias-free Linear, or a tied LM head's embedding."""
+        return F.linear(x, layer.weight)
+
     def norm(
         self, x: torch.Tensor, norm: RMSNorm, residual: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:

@@ -54,7 +54,7 @@ class DecoderLayer(nn.Module):
         h = self.mix(h, cos, sin, batch, cache)
         h, residual = ops.norm(h, self.post_attention_layernorm, residual)
         mlp = self.mlp
-        return mlp.down_proj(ops.swiglu(h, mlp.gate_proj, mlp.up_proj)), residual
+        return ops.linear(mlp.down_proj, ops.swiglu(h, mlp.gate_proj, mlp.up_proj)), residual
 
     def forward_full(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         x = x + self.mix_full(self.input_layernorm(x), cos, sin)
@@ -111,9 +111,14 @@ class CausalLM(nn.Module):
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
+    @property
+    def head(self) -> nn.Module:
+        """The LM head: the embeddings when tied, else `lm_head` (its weight [vocab, hidden])."""
+        return self.model.embed_tokens if self.config.tie_word_embeddings else self.lm_head
+
     def _head(self, normed: torch.Tensor) -> torch.Tensor:
-        head = self.model.embed_tokens if self.config.tie_word_embeddings else self.lm_head
-        return F.linear(normed, head.weight).float()
+        """The no-cache reference's logits (the cached path's go through its ops)."""
+        return F.linear(normed, self.head.weight).float()
 
     @torch.no_grad()
     def forward(self, batch: ForwardBatch, cache: KVCache) -> torch.Tensor:
@@ -136,7 +141,7 @@ class CausalLM(nn.Module):
     def logits_at(self, x, residual, rows: torch.Tensor, ops) -> torch.Tensor:
         """Float32 logits of the tokens at `rows` (each row's last token)."""
         hidden, _ = ops.norm(x[rows], self.model.norm, residual[rows])
-        return self._head(hidden)
+        return ops.linear(self.head, hidden).float()
 
     @torch.no_grad()
     def forward_full(self, input_ids: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,183 @@
+"""A dense GEMM for few rows (`engine.dense_kernel: triton`): out [M, N] = x [M, K] @ W[N, K]^T
+for M up to MAX_ROWS, every row of x in one tile, the weight streamed from HBM once.
+
+Why: at M <= 64 (a decode step's rows) a projection reads 2 N K bytes of weight and does 2 M N K
+flops: 64 flops a byte at M = 64, against the H200's ~990 TFLOP/s over ~4.8 TB/s (~200 a
+byte): memory-bound. What matters is keeping HBM busy: enough programs, and enough bytes in
+flight in each. Little's law: 4.8 TB/s x ~0.8 us of latency = ~3.8 MB in flight over 132 SMs,
+~29 KB an SM.
+
+The tiles (`plan`, from the shapes alone, so a CUDA graph replays the same grid):
+- BLOCK_M = next power of two >= M, at least 16 (tl.dot's smallest); the rows past M are
+  masked loads, never stores.
+- BLOCK_K = 128 (64 at BLOCK_M 128, to keep the stages' shared memory at 128 KiB), 4 stages:
+  a program keeps 4 x BLOCK_N x 128 x 2 = 64 KiB of weight in flight at BLOCK_N 64, over the
+  29 KiB an SM needs; 4 x (64 + 64) x 128 x 2 = 128 KiB of shared memory at M = 64.
+- BLOCK_N = max(64, BLOCK_M): every program rereads its K-slice of x from L2, BLOCK_M / BLOCK_N
+  bytes of x for each byte of weight, so BLOCK_N below BLOCK_M would make L2, not HBM, the
+  bound (L2 reads of x twice the weight's at M = 64 and BLOCK_N 32). An LM head (cdiv(N, 64)
+  >= 4 x 132) takes BLOCK_N 128: half the programs, x's rereads halved.
+- SPLIT_K: the N tiles alone must give at least half the SMs a program (66); below that the
+  K axis is split in two, four, ... up to MAX_SPLIT (each split at least two BLOCK_K steps;
+  a split rounded up to whole steps may leave fewer: 3584 in 7 of 512) and a second
+  launch sums the fp32 partials in split order (deterministic) and rounds once.
+
+Programs at 0.8b (hidden 1024, M = 64; packed projections as engine/kernels/cuda_ops.py packs
+them) and the weight each streams:
+
+    GEMM                      N x K           MB    N tiles  split  programs  KB a program
+    Gated DeltaNet in-proj    8224 x 1024    16.8    129      1      129        128
+    attention q|k|v           5120 x 1024    10.5     80      1       80        128
+    MLP gate|up               7168 x 1024    14.7    112      1      112        128
+    out_proj, o_proj          1024 x 2048     4.2     16      8      128         32
+    down_proj                 1024 x 3584     7.3     16      7      112         64
+    LM head (tied)          248320 x 1024   508.6   1940      1     1940        256
+
+Orpheus 3b (hidden 3072): q|k|v 5120 x 3072 (80 programs, 384 KB each), gate|up 16384 x 3072
+(256), o_proj 3072 x 3072 and down_proj 3072 x 8192 (48 tiles, split 2: 96), LM head
+156940 x 3072 (1227 tiles of 128). The split's partials (split x M x N x 4 bytes: 2 MB at
+0.8b's out_proj) stay in the 50 MB L2; its second launch is the price (cuBLAS pays one too,
+24 a 0.8b decode step). A single launch whose last program per tile sums the partials (a
+semaphore) would save it; not done until the GPU says the two-launch form pays.
+
+x's rows may be strided (a gathered or split view), its last axis contiguous; the weight is
+[N, K] contiguous (a Linear's, a packed buffer's, or a view of its rows). Grids come from the
+shapes only, no host read of a device value: CUDA-graph capturable.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+import triton
+import triton.language as tl
+
+MAX_ROWS = 128  # callers run torch's GEMM above this many rows (prefill steps)
+SMS = 132  # the H200's streaming multiprocessors
+MAX_SPLIT = 8  # partials of at most 8 x M x N fp32 (2 MB at M = 64, N = 1024)
+DTYPES = (torch.bfloat16, torch.float16)
+# The dense GEMMs of a decode step, (N, K), as the CUDA ops run them (packed where packed): the
+# shapes the compile test, the GPU tests and benchmarks/bench_gemm.py take.
+SHAPES = {
+    "0.8b": {
+        "gdn_in_proj": (8224, 1024), "attn_qkv": (5120, 1024), "mlp_gate_up": (7168, 1024),
+        "out_proj": (1024, 2048), "down_proj": (1024, 3584), "lm_head": (248_320, 1024),
+    },
+    "3b": {
+        "attn_qkv": (5120, 3072), "mlp_gate_up": (16_384, 3072), "o_proj": (3072, 3072),
+        "down_proj": (3072, 8192), "lm_head": (156_940, 3072),
+    },
+}  # fmt: skip
+
+
+class GemmPlan(NamedTuple):
+    block_m: int
+    block_n: int
+    block_k: int
+    k_per_split: int  # a multiple of block_k; K itself without a split
+    split: int  # programs along K (1: no partials, no second launch)
+    warps: int
+    stages: int
+
+    def programs(self, n: int) -> int:
+        return triton.cdiv(n, self.block_n) * self.split
+
+
+def plan(m: int, n: int, k: int, split: int | None = None) -> GemmPlan:
+    """The launch for x [m, k] @ W[n, k]^T; `split` forces the K split (a benchmark's arm)."""
+    block_m = max(16, triton.next_power_of_2(m))
+    block_n = max(64, block_m)
+    if block_n == 64 and triton.cdiv(n, 64) >= 4 * SMS:
+        block_n = 128
+    block_k = 128 if block_m <= 64 else 64
+    tiles = triton.cdiv(n, block_n)
+    if split is None:
+        split = 1
+        while tiles * split < SMS // 2 and split < MAX_SPLIT and k >= 4 * block_k * split:
+            split *= 2
+    k_per_split = triton.cdiv(triton.cdiv(k, split), block_k) * block_k
+    split = triton.cdiv(k, k_per_split)  # rounding k_per_split up may leave fewer splits
+    warps = 4 if block_m * block_n <= 64 * 64 else 8
+    return GemmPlan(block_m, block_n, block_k, k_per_split, split, warps, stages=4)
+
+
+@triton.jit
+def _skinny_gemm_kernel(
+    X, W, OUT, M, N, K, stride_xm, stride_wn, stride_om, K_PER_SPLIT,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
+):  # fmt: skip
+    """Program (n tile, split): its rows of the tile, fp32 over its K-slice. Without a split it
+    stores in OUT's dtype; with one, fp32 partials at OUT + split * M * N (rows M, stride N)."""
+    pid_n, split = tl.program_id(0), tl.program_id(1)
+    rows = tl.arange(0, BLOCK_M)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    ks = tl.arange(0, BLOCK_K)
+    x_ptrs = X + rows[:, None] * stride_xm + ks[None, :]
+    w_ptrs = W + cols[:, None].to(tl.int64) * stride_wn + ks[None, :]  # an LM head: 482M elems
+    row_ok, col_ok = rows[:, None] < M, cols[:, None] < N
+    acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)  # out^T: the weight's rows lead
+    start = split * K_PER_SPLIT
+    for k in range(start, tl.minimum(start + K_PER_SPLIT, K), BLOCK_K):
+        if EVEN_K:
+            x = tl.load(x_ptrs + k, mask=row_ok, other=0.0)
+            w = tl.load(w_ptrs + k, mask=col_ok, other=0.0)
+        else:
+            k_ok = (k + ks[None, :]) < K
+            x = tl.load(x_ptrs + k, mask=row_ok & k_ok, other=0.0)
+            w = tl.load(w_ptrs + k, mask=col_ok & k_ok, other=0.0)
+        acc += tl.dot(w, tl.trans(x))
+    out = OUT + split * M * N + rows[None, :] * stride_om + cols[:, None]
+    tl.store(out, acc.to(OUT.dtype.element_ty), mask=(rows[None, :] < M) & col_ok)
+
+
+@triton.jit
+def _split_sum_kernel(P, OUT, M, N, stride_om, SPLIT: tl.constexpr, BLOCK: tl.constexpr):
+    """OUT[r, c] = sum over s of P[s, r, c] (fp32, in split order), rounded once."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < M * N
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for s in tl.static_range(SPLIT):
+        acc += tl.load(P + s * M * N + offs, mask=mask, other=0.0)
+    row, col = offs // N, offs % N
+    tl.store(OUT + row * stride_om + col, acc.to(OUT.dtype.element_ty), mask=mask)
+
+
+SUM_BLOCK = 1024
+
+
+def skinny_linear(
+    x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = None,
+    split: int | None = None,
+) -> torch.Tensor:  # fmt: skip
+    """x [M, K] (bf16/fp16, M <= MAX_ROWS, rows may be strided) @ weight[N, K]^T -> [M, N] in
+    x's dtype, accumulated in fp32; into `out` ([M, N], rows may be strided) when given.
+    `split` forces the K split (`plan`'s otherwise)."""
+    m, k = x.shape
+    n = weight.shape[0]
+    if x.dtype not in DTYPES or m > MAX_ROWS or weight.shape[1] != k:
+        raise ValueError(
+            f"skinny_linear: x {tuple(x.shape)} {x.dtype}, weight {tuple(weight.shape)}"
+        )
+    if x.stride(1) != 1:
+        x = x.contiguous()
+    if weight.stride(1) != 1:
+        weight = weight.contiguous()
+    if out is None:
+        out = torch.empty((m, n), dtype=x.dtype, device=x.device)
+    if m == 0:
+        return out
+    p = plan(m, n, k, split)
+    target = out if p.split == 1 else torch.empty((p.split, m, n), dtype=torch.float32,
+                                                   device=x.device)  # fmt: skip
+    stride_target = out.stride(0) if p.split == 1 else n
+    _skinny_gemm_kernel[(triton.cdiv(n, p.block_n), p.split)](
+        x, weight, target, m, n, k, x.stride(0), weight.stride(0), stride_target, p.k_per_split,
+        BLOCK_M=p.block_m, BLOCK_N=p.block_n, BLOCK_K=p.block_k, EVEN_K=k % p.block_k == 0,
+        num_warps=p.warps, num_stages=p.stages,
+    )  # fmt: skip
+    if p.split > 1:
+        _split_sum_kernel[(triton.cdiv(m * n, SUM_BLOCK),)](
+            target, out, m, n, out.stride(0), SPLIT=p.split, BLOCK=SUM_BLOCK, num_warps=4
+        )
+    return out
