@@ -41,6 +41,8 @@ def continued_manifest(recorded: dict, planned: dict, first_block: int) -> dict:
     kind = recorded.get("kind", "compare")
     if kind != "compare":
         raise BenchError(f"the run holds a bench {kind}, not a bench run: it cannot be continued")
+    if recorded.get("moved_to"):  # a write failed and the run went on elsewhere
+        raise BenchError(f"the run was moved to {recorded['moved_to']}: continue that one")
     differs = difference(setup(recorded), setup(planned))
     if differs:
         raise BenchError(f"the recorded run differs from this call: {differs}; nothing was run")
