@@ -19,6 +19,7 @@ from harness.errors import BenchError
 from harness.measure.continuation import continued_manifest, machine_note
 from harness.results import RunDir, load_run, summarise
 from tests.synthetic_run import STEADY, STREAMS, _requests, _spans
+from tests.test_faults_harness import LOAD, bench, mock_url  # noqa: F401 (a fixture)
 
 ROOT = Path(__file__).resolve().parent.parent
 RATES = [100.0, 95.0, 96.0, 101.0, 94.0, 99.0, 100.0, 95.0]  # A B B A, then B A A B
@@ -171,6 +172,24 @@ def test_nothing_to_continue_is_one_line(tmp_path):
     assert not any(empty.iterdir())
 
 
+def test_a_continued_call_has_its_own_time_budget(tmp_path, mock_url):  # noqa: F811
+    """--time-budget counts from the continuing call's start, whose first block always runs:
+    one recorded block, then 1 of 3 more, B A A B, whole; two blocks in the comparison."""
+    out = tmp_path / "run"
+    arms = ["--arm", f"a={mock_url}", "--arm", f"b={mock_url}", "--abba", "--out", str(out)]
+    assert bench("run", "qwen35", *LOAD, *arms, "--blocks", "1").returncode == 0
+    cut = bench("run", "qwen35", *LOAD, *arms, "--blocks", "3", "--time-budget", "1", "--continue")
+    assert cut.returncode == 0, cut.stderr
+    manifest_, frames = load_run(out)
+    assert "ended the schedule after 1 of 3 blocks" in manifest_["budget_stop"]
+    assert manifest_["schedule"] == schedule(4, True) and manifest_["complete"]
+    servers = frames["servers"].sort_values("slot")
+    assert servers["letter"].tolist() == list("ABBABAAB") and servers["slot"].max() == 7
+    summary = json.loads((out / "summary.json").read_text())
+    headline = next(f for f in summary["figures"] if f["figure"] == summary["headline"])
+    assert headline["change"]["blocks"] == 2
+
+
 @pytest.mark.slow
 def test_continue_adds_a_block_end_to_end(tmp_path):
     """One block on tiny CPU servers, then --continue one more: eight servers, blocks 0 and 1
@@ -197,7 +216,8 @@ def test_continue_adds_a_block_end_to_end(tmp_path):
     logs = {p.name for p in (out / "logs").iterdir()}
     assert logs == {f"{letter}{slot}.log" for slot, letter in enumerate("ABBABAAB")}
     headline = next(f for f in summary["figures"] if f["figure"] == summary["headline"])
-    assert headline["change"]["blocks"] == 2 and headline["change"]["verdict"] != "not enough data"
+    assert headline["change"]["blocks"] == 2 and headline["change"]["df"] == 5  # 8 - 2 - 1
+    assert not any(doubt.startswith("1 block with both arms") for doubt in summary["doubts"])
     assert [c["first_block"] for c in manifest_["calls"]] == [0, 1]
     before = (out / "manifest.json").read_bytes()
     for i, j, says in ((1, "8", "concurrency"), (-5, "b=engine.mixing=true", "arms.B")):
