@@ -196,17 +196,16 @@ def test_continue_adds_a_block_end_to_end(tmp_path):
     in the comparison, the second block B A A B; a call with another -c or arm is refused and
     leaves the run as it was."""
     out = tmp_path / "run"
-    args = ["run", "qwen35", "-c", "4", "--abba", "--blocks", "1", "--requests", "16"]
-    args += ["--warmup", "4", "--period", "10", "--arm", "a=worktree", "--arm", "b=worktree"]
-    args += ["--out", str(out), "--json"]
 
-    def bench(*extra: str) -> subprocess.CompletedProcess:
-        command = [sys.executable, "-m", "harness", *args, *extra]
+    def call(*extra: str, c: str = "4", b: str = "worktree") -> subprocess.CompletedProcess:
+        args = ["run", "qwen35", "-c", c, "--abba", "--blocks", "1", "--requests", "16"]
+        args += ["--warmup", "4", "--period", "10", "--arm", "a=worktree", "--arm", f"b={b}"]
+        command = [sys.executable, "-m", "harness", *args, "--out", str(out), "--json", *extra]
         return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
 
-    first = bench()
+    first = call()
     assert first.returncode == 0, first.stderr
-    second = bench("--continue")
+    second = call("--continue")
     assert second.returncode == 0, second.stderr
     summary = json.loads(second.stdout)
     manifest_, frames = load_run(out)
@@ -220,10 +219,8 @@ def test_continue_adds_a_block_end_to_end(tmp_path):
     assert not any(doubt.startswith("1 block with both arms") for doubt in summary["doubts"])
     assert [c["first_block"] for c in manifest_["calls"]] == [0, 1]
     before = (out / "manifest.json").read_bytes()
-    for i, j, says in ((1, "8", "concurrency"), (-5, "b=engine.mixing=true", "arms.B")):
-        args[i] = j
-        refused = bench("--continue")
+    for other, says in (({"c": "8"}, "concurrency"), ({"b": "engine.mixing=true"}, "arms.B")):
+        refused = call("--continue", **other)
         assert refused.returncode == 2 and says in refused.stderr, refused.stderr
-        args[i] = "4" if i == 1 else "b=worktree"
     assert (out / "manifest.json").read_bytes() == before
     assert len(load_run(out)[1]["servers"]) == 8
