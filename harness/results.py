@@ -108,6 +108,7 @@ class RunDir:
         self.manifest: dict = {}
         self.moved_from: Path | None = None
         self._rows: dict[str, list[dict]] = {name: [] for name in schema.TABLES}
+        self._recorded: dict[str, pd.DataFrame] = {}  # a continued run's tables as it found them
         self._scenarios: dict[str, dict] = {}
         with self._writing(self.path):
             (self.path / "logs").mkdir(parents=True, exist_ok=True)
@@ -134,6 +135,24 @@ class RunDir:
             except OSError as exc:
                 raise BenchError(f"cannot remove the run in {path} ({exc.strerror})") from None
         return cls(path)
+
+    @classmethod
+    def continued(cls, path: Path) -> RunDir:
+        """The run in `path`, to add blocks to (`bench run --continue`): its manifest and tables
+        as recorded (an older schema's read as this one's), nothing written yet. Each table is
+        written back whole, the recorded rows first, when the next slot ends."""
+        manifest, frames = load_run(path)
+        if frames["servers"].empty:
+            raise BenchError(f"{path} has no servers (0 blocks): nothing to continue; rerun it")
+        rundir = cls(path)
+        rundir.manifest, rundir._recorded = manifest, frames
+        return rundir
+
+    @property
+    def next_block(self) -> int:
+        """The block after the recorded ones (0 for a fresh run): a continued run's first."""
+        servers = self._recorded.get("servers")
+        return 0 if servers is None or servers.empty else int(servers["block"].max()) + 1
 
     def log_path(self, server: str) -> Path:
         """The server's log, made now (empty), so a directory that cannot take it fails here."""
@@ -197,6 +216,9 @@ class RunDir:
 
     def _save_table(self, name: str) -> None:
         frame = pd.DataFrame(self._rows[name], columns=schema.columns(name))
+        recorded = self._recorded.get(name)
+        if recorded is not None and not recorded.empty:
+            frame = pd.concat([recorded, frame], ignore_index=True) if len(frame) else recorded
         table = pa.Table.from_pandas(frame, preserve_index=False)
         meta = dict(table.schema.metadata or {})
         meta[b"bench.schema_version"] = str(SCHEMA_VERSION).encode()

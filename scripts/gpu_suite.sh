@@ -164,23 +164,35 @@ for stage in "${stages[@]}"; do
     evidence)  # EVIDENCE="name:engine.key[:A:B] ..." each an ABBA comparison key=A (arm
       # "off", default false) vs key=B ("on", default true), 3 blocks, report; one tarball
       # back per comparison. A comparison starts only while EVIDENCE_UNTIL (seconds since
-      # this stage began, default 300) has not passed.
+      # this stage began, default 300) has not passed. EVIDENCE_CONTINUE=DIR (a carried,
+      # git-ignored folder, e.g. .evidence): a comparison whose ev-<name>.tgz from an earlier
+      # call lies there adds its blocks to that run (bench run --continue, the same command);
+      # the tarballs then keep the tables, so the next call can continue them again.
       began=$SECONDS
       for spec in ${EVIDENCE:-graphs:engine.cuda_graphs}; do
         IFS=: read -r name key a b <<< "$spec"; a=${a:-false}; b=${b:-true}
         if (( SECONDS - began > ${EVIDENCE_UNTIL:-300} )); then echo "skipped $name"; continue; fi
         echo "== $name ($key) at $((SECONDS - began)) s"
         rm -rf "/tmp/ev-$name" "/tmp/ev-$name.log"  # a run directory must be new or empty
+        more=() keep=(--exclude='*.parquet')
+        if [ -n "${EVIDENCE_CONTINUE:-}" ]; then
+          keep=()
+          if [ -f "$EVIDENCE_CONTINUE/ev-$name.tgz" ]; then
+            tar -x -z -C /tmp -f "$EVIDENCE_CONTINUE/ev-$name.tgz" && more=(--continue)
+            echo "continuing the run of $EVIDENCE_CONTINUE/ev-$name.tgz"
+          fi
+        fi
         # --time-budget ends the schedule between whole blocks; the timeout only guards a hang
         timeout $(( ${EVIDENCE_BUDGET:-300} + 150 )) python3 -m harness run qwen35 -c 64 --abba \
           --blocks 3 --time-budget ${EVIDENCE_BUDGET:-300} --report \
-          ${EVIDENCE_LOAD:---requests 128 --warmup 32} --out /tmp/ev-$name \
+          ${EVIDENCE_LOAD:---requests 128 --warmup 32} --out /tmp/ev-$name "${more[@]}" \
           --arm "off=$key=$a" --arm "on=$key=$b" > /tmp/ev-$name.log 2>&1
         echo "exit $? after $((SECONDS - began)) s" | tee -a /tmp/ev-$name.log
         python3 scripts/run_counts.py /tmp/ev-$name >> /tmp/ev-$name.log 2>&1
         head -n 30 /tmp/ev-$name.log
-        mkdir -p /tmp/ev-$name && mv /tmp/ev-$name.log /tmp/ev-$name/bench_run.log
-        tar -C /tmp -c -z -f "$OUT/ev-$name.tgz" --exclude='*.parquet' "ev-$name"
+        mkdir -p /tmp/ev-$name  # each call's log after the last's
+        cat /tmp/ev-$name.log >> /tmp/ev-$name/bench_run.log && rm /tmp/ev-$name.log
+        tar -C /tmp -c -z -f "$OUT/ev-$name.tgz" "${keep[@]}" "ev-$name"
       done ;;
     orpheus)  # the Orpheus GPU figures (size 3b): audio-seconds/s at c=32 and c=64
       for c in 32 64; do

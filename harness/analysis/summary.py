@@ -18,6 +18,10 @@ from harness.analysis.stats import Rule
 from harness.analysis.sweep import Sweep, sweep
 
 INCOMPLETE = "the run did not finish (interrupted or failed): partial data"
+CALL_CUT = (
+    "the call that ran from block {} did not finish: its last block holds what it measured"
+    " (bench run --continue added blocks after it)"
+)
 Summary = Comparison | Measurement | Sweep
 
 
@@ -48,6 +52,9 @@ def summarize(manifest: dict, frames: dict[str, pd.DataFrame]) -> Summary:
         result.doubts.insert(0, manifest["budget_stop"])
     if not manifest.get("complete", False):
         result.doubts.insert(0, INCOMPLETE)
+    for call in (manifest.get("calls") or [])[:-1]:  # a continued run's earlier calls
+        if not call.get("complete", True):
+            result.doubts.insert(0, CALL_CUT.format(call["first_block"]))
     return result
 
 

@@ -16,6 +16,7 @@ from harness.analysis.compare import Comparison
 from harness.analysis.summary import Summary
 from harness.errors import BenchError, ExitCode
 from harness.measure.arms import Arm, resolve
+from harness.measure.continuation import continued_manifest, machine_note
 from harness.measure.preflight import preflight
 from harness.measure.runner import STALL_S, RunPlan, run_schedule
 from harness.results import RunDir, new_run_id, new_run_path
@@ -49,18 +50,29 @@ def execute(
     out: Path | None,
     overwrite: bool,
     measured: int,
+    continued: RunDir | None = None,
     **manifest,
 ) -> tuple[RunDir, bool, Summary]:
     """Check the plan (`preflight`), then run it into `out` (default results/<run-id> under
     the current directory): the run directory, whether the schedule finished, and the run's
-    summary. `engines` holds each arm's scenario by letter (`arm_scenarios`)."""
+    summary. `engines` holds each arm's scenario by letter (`arm_scenarios`). With `continued`
+    (`continued_run`) the plan's blocks are added to that run, once its setup is this one's."""
     arms = [arm_manifest(arm, engines[letter]) for letter, arm in sorted(plan.arms.items())]
     command = " ".join(redacted(sys.argv))
     try:
         preflight(plan, engines)  # before any server starts, or any file is written
-        rundir = RunDir.fresh(out, overwrite) if out else RunDir(new_run_path(plan.scenario.name))
-        run_id = new_run_id(plan.scenario.name) if out else rundir.path.name
-        rundir.write_manifest(plan.manifest(run_id, command, measured, arms, **manifest))
+        if continued is not None:
+            rundir = continued
+            planned = plan.manifest(rundir.manifest.get("run_id"), command, measured, arms)
+            rundir.write_manifest(continued_manifest(rundir.manifest, planned, plan.first_block))
+            note = machine_note(rundir.manifest)
+            if note:
+                console.print(f"[yellow]note: {note}[/]")
+        else:
+            path = new_run_path(plan.scenario.name)
+            rundir = RunDir.fresh(out, overwrite) if out else RunDir(path)
+            run_id = new_run_id(plan.scenario.name) if out else rundir.path.name
+            rundir.write_manifest(plan.manifest(run_id, command, measured, arms, **manifest))
     except BenchError as exc:
         fail(str(exc))
     try:
@@ -71,6 +83,15 @@ def execute(
             rundir.update_manifest(error=str(exc))
         fail(f"{exc} (partial results in {rundir.path})")
     return rundir, complete, summary
+
+
+def continued_run(out: Path | None, overwrite: bool) -> RunDir:
+    """The run in --out that `--continue` adds blocks to; nothing is written to it yet."""
+    if out is None:
+        raise BenchError("--continue adds blocks to the run in --out DIR: give --out")
+    if overwrite:
+        raise BenchError("--continue adds to the run in --out, --overwrite replaces it: give one")
+    return RunDir.continued(out)
 
 
 def conclude(

@@ -18,10 +18,13 @@ names it in `failed_servers`, which keeps it out of the comparison, and the sche
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import signal
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
+
+import msgspec
 
 from engine import env
 from engine.config import ConfigError, Scenario, scenario_source
@@ -92,11 +95,18 @@ class RunPlan:
     # Seconds the schedule may take: a block starts only while the run's time so far plus
     # its longest block yet fits (the first always runs); None: every block.
     time_budget_s: float | None = None
+    # The first block this call runs: 0, or for a continued run (`bench run --continue`) the
+    # block after the recorded ones; `letters` holds every block's, the recorded ones too.
+    first_block: int = 0
 
     @property
     def api(self) -> str:
         """The endpoint the load drives: the scenario's (completions or speech), or chat."""
         return "chat" if self.chat else self.scenario.load.api
+
+    @property
+    def first_slot(self) -> int:
+        return self.first_block * self.block_size
 
     def load(self, slot: int) -> SlotLoad:
         if self.points is not None:
@@ -114,9 +124,11 @@ class RunPlan:
             "arms": arms,
             "aa_check": aa_check,
             "schedule": self.letters,
+            "block_size": self.block_size,
             "concurrency": self.concurrency,
             "load": self.load(0).manifest() | {"api": self.api},
             "requests": measured,
+            "request_digest": request_digest(self.requests),
             "duration_s": self.duration_s,
             "warmup": self.warmup,
             "period": self.period,
@@ -203,13 +215,13 @@ def execute(
     budget = _Budget(plan)
     try:
         with stop.installed():
-            for slot, letter in enumerate(plan.letters):
+            for slot in range(plan.first_slot, len(plan.letters)):
                 if stop.set:
                     return False, tally
                 if slot % plan.block_size == 0 and not budget.fits_another_block(slot):
                     rundir.update_manifest(budget_stop=budget.stop_note(slot))
                     return True, tally  # whole blocks: a finished (shorter) schedule
-                _run_slot(plan, rundir, collector, slot, letter, show, stop, tally)
+                _run_slot(plan, rundir, collector, slot, plan.letters[slot], show, stop, tally)
         return not stop.set, tally
     except Interrupted:
         return False, tally
@@ -218,9 +230,10 @@ def execute(
 
 
 class _Budget:
-    """`--time-budget`: at each block's start, whether the run's time so far plus its longest
+    """`--time-budget`: at each block's start, whether the call's time so far plus its longest
     block yet still fits the budget. The cut falls between blocks, so every block that ran
-    is whole (its ABBA order intact) and the comparison stands on them."""
+    is whole (its ABBA order intact) and the comparison stands on them. A continued run counts
+    from its own start, and its first block always runs."""
 
     def __init__(self, plan: RunPlan):
         self.plan, self.started = plan, time.monotonic()
@@ -228,19 +241,27 @@ class _Budget:
 
     def fits_another_block(self, slot: int) -> bool:
         now = time.monotonic()
-        if slot:
+        if slot != self.plan.first_slot:
             self.longest = max(self.longest, now - self.block_started)
         self.block_started = now
         budget = self.plan.time_budget_s
-        return budget is None or slot == 0 or now - self.started + self.longest <= budget
+        first = slot == self.plan.first_slot
+        return budget is None or first or now - self.started + self.longest <= budget
 
     def stop_note(self, slot: int) -> str:
-        done, planned = slot // self.plan.block_size, len(self.plan.letters) // self.plan.block_size
+        size, first = self.plan.block_size, self.plan.first_slot
+        done, planned = (slot - first) // size, (len(self.plan.letters) - first) // size
         unit = "load points" if self.plan.points else "blocks"  # a sweep's block: one load
         return (
             f"the time budget ({self.plan.time_budget_s:g} s) ended the schedule after {done} of"
             f" {planned} {unit} (the longest took {self.longest:.0f} s)"
         )
+
+
+def request_digest(requests: Sequence[RequestSpec]) -> str:
+    """16 hex of the sha256 of the request sequence as sent (its seed and lengths, or a prompt
+    file's prompts): a continued run must send what the recorded one sent."""
+    return hashlib.sha256(msgspec.msgpack.encode(requests)).hexdigest()[:16]
 
 
 def _run_slot(plan, rundir, collector, number, letter, show, stop, tally) -> None:
