@@ -1,4 +1,4 @@
-"""`bench run --continue` (INVARIANTS 70): blocks added to a recorded run are judged with the
+"""`bench run --continue` (INVARIANTS 52): blocks added to a recorded run are judged with the
 recorded ones as one run; a call whose setup differs is refused before anything is written."""
 
 from __future__ import annotations

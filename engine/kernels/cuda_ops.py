@@ -172,7 +172,10 @@ class CudaOps:
             return triton_gdn.gated_delta_recurrent(*args, *shape)
         if self.gdn_prefill != "fla":
             return triton_gdn.gated_delta_prefill(
-                self.gdn_prefill, *args, *shape, split=self.gdn_split,
+                self.gdn_prefill,
+                *args,
+                *shape,
+                split=self.gdn_split,
                 split_from=self.gdn_split_from,
             )
         from fla.ops.gated_delta_rule import chunk_gated_delta_rule

@@ -104,8 +104,14 @@ SPLIT_DEFAULT = SplitConfig()
 # The launch before the config existed (Triton's warps and stages, 16 value columns, one
 # program per row or chunk a fixed grid can hold, the scores recomputed per value block).
 SPLIT_LEGACY = SplitConfig(
-    states_bv=16, states_warps=4, states_stages=3, outputs_bv=16, fixed_recurrent_rows=None,
-    fixed_states_rows=None, fixed_chunks=None, scores_in_prepare=False,
+    states_bv=16,
+    states_warps=4,
+    states_stages=3,
+    outputs_bv=16,
+    fixed_recurrent_rows=None,
+    fixed_states_rows=None,
+    fixed_chunks=None,
+    scores_in_prepare=False,
 )
 
 

@@ -167,7 +167,11 @@ class StepInputs:
             kv_indices=dev["kv_indices"],
             last_index=dev["last_index"],
             host=HostLayout(
-                host["kv_indptr"], host["kv_last_page_len"], host["cu_seqlens"], cu, int(num_new.max())
+                host["kv_indptr"],
+                host["kv_last_page_len"],
+                host["cu_seqlens"],
+                cu,
+                int(num_new.max()),
             ),
             gdn_tables=self._gdn_tables(dev) if gdn_tables else None,
         )
