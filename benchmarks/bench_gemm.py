@@ -22,7 +22,6 @@ from functools import partial
 import torch
 
 from benchmarks import stats
-from engine.kernels import triton_gemm
 
 
 @dataclass(frozen=True)
@@ -60,6 +59,9 @@ def _timed(call, repeats: int, flush: torch.Tensor) -> list[float]:
 
 
 def measure(models, rows_list, repeats: int, split: int | None) -> list[GemmTiming]:
+    from engine.kernels import triton_gemm  # imports triton: here, not at import (asv's
+    # discovery imports every module of benchmarks/ on machines without it)
+
     flush = torch.empty(256 * 2**20 // 4, dtype=torch.float32, device="cuda")
     timings = []
     for model in models:
@@ -95,6 +97,8 @@ def render(timing: GemmTiming) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
+    from engine.kernels import triton_gemm
+
     parser = argparse.ArgumentParser(prog="benchmarks.bench_gemm")
     parser.add_argument("--model", nargs="*", default=list(triton_gemm.SHAPES))
     parser.add_argument("--rows", type=int, nargs="*", default=[1, 16, 32, 64, 128])
