@@ -102,7 +102,7 @@ def plan(m: int, n: int, k: int, split: int | None = None) -> GemmPlan:
     return GemmPlan(block_m, block_n, block_k, k_per_split, split, warps, stages=4)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["M"])  # a step's rows: one compile per BLOCK_M, not per M % 16
 def _skinny_gemm_kernel(
     X, W, OUT, M, N, K, stride_xm, stride_wn, stride_om, K_PER_SPLIT,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
