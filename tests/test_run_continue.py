@@ -192,13 +192,14 @@ def test_a_continued_call_has_its_own_time_budget(tmp_path, mock_url):  # noqa: 
 
 @pytest.mark.slow
 def test_continue_adds_a_block_end_to_end(tmp_path):
-    """One block on tiny CPU servers, then --continue one more: eight servers, blocks 0 and 1
-    in the comparison, the second block B A A B; a call with another -c or arm is refused and
-    leaves the run as it was."""
+    """One A B block on tiny CPU servers, then --continue one more: four servers, blocks 0 and
+    1 in the comparison, the second block B A; a call with another -c or arm is refused and
+    leaves the run as it was. (A B blocks, not A B B A: half the servers, and the alternation
+    is the same rule, `stats.schedule`; the ABBA kind is the fast tests'.)"""
     out = tmp_path / "run"
 
     def call(*extra: str, c: str = "4", b: str = "worktree") -> subprocess.CompletedProcess:
-        args = ["run", "qwen35", "-c", c, "--abba", "--blocks", "1", "--requests", "16"]
+        args = ["run", "qwen35", "-c", c, "--blocks", "1", "--requests", "16"]
         args += ["--warmup", "4", "--period", "10", "--arm", "a=worktree", "--arm", f"b={b}"]
         command = [sys.executable, "-m", "harness", *args, "--out", str(out), "--json", *extra]
         return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
@@ -210,12 +211,12 @@ def test_continue_adds_a_block_end_to_end(tmp_path):
     summary = json.loads(second.stdout)
     manifest_, frames = load_run(out)
     servers = frames["servers"].sort_values("slot")
-    assert len(servers) == 8 and servers["block"].tolist() == [0] * 4 + [1] * 4
-    assert servers["letter"].tolist()[4:] == list("BAAB")
+    assert len(servers) == 4 and servers["block"].tolist() == [0, 0, 1, 1]
+    assert servers["letter"].tolist() == list("ABBA")
     logs = {p.name for p in (out / "logs").iterdir()}
-    assert logs == {f"{letter}{slot}.log" for slot, letter in enumerate("ABBABAAB")}
+    assert logs == {f"{letter}{slot}.log" for slot, letter in enumerate("ABBA")}
     headline = next(f for f in summary["figures"] if f["figure"] == summary["headline"])
-    assert headline["change"]["blocks"] == 2 and headline["change"]["df"] == 5  # 8 - 2 - 1
+    assert headline["change"]["blocks"] == 2 and headline["change"]["df"] == 1  # 4 - 2 - 1
     assert not any(doubt.startswith("1 block with both arms") for doubt in summary["doubts"])
     assert [c["first_block"] for c in manifest_["calls"]] == [0, 1]
     before = (out / "manifest.json").read_bytes()
@@ -223,4 +224,4 @@ def test_continue_adds_a_block_end_to_end(tmp_path):
         refused = call("--continue", **other)
         assert refused.returncode == 2 and says in refused.stderr, refused.stderr
     assert (out / "manifest.json").read_bytes() == before
-    assert len(load_run(out)[1]["servers"]) == 8
+    assert len(load_run(out)[1]["servers"]) == 4
