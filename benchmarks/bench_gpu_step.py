@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> None:
             f"{'mixed' if args.mixing else 'prefill'} step, {rows} new x {length} tokens beside "
             f"{args.batch} decoding, piecewise {engine.piecewise is not None}, Gated DeltaNet "
             f"{'captured' if args.piecewise_gdn else args.gdn_prefill} (split "
-            f"{engine.ops.gdn_split if hasattr(engine.ops, 'gdn_split') else '-'}): "
+            f"{args.gdn_split}): "
             f"{stats.render(prefill)} over {prefill.n} steps"
         )
 

@@ -63,6 +63,7 @@ class EngineConfig:
     # `auto`'s threshold: a step whose longest chunked row has this many new tokens or more
     # runs the split kernel, a shorter one the one-launch kernel (whose single launch costs
     # less host time; measured on the H200 in session 7: split ahead from 256 tokens).
+    # gdn_config.SPLIT_FROM_TOKENS, written out: this module cannot import the kernels'.
     gdn_split_from_tokens: int = 256
     # The storage of the recurrent (Gated DeltaNet) state slots: "float32", or "bfloat16",
     # which halves a decode step's state traffic (vLLM's default keeps it in the model's
@@ -112,16 +113,22 @@ class EngineConfig:
     def __post_init__(self) -> None:
         # checked here, not when the worker builds its ops: a bad arm of `bench run` is then a
         # one-line error before any server starts
-        from engine.kernels.gdn_config import parse_split_config  # plain Python, no triton
-
-        try:
-            parse_split_config(self.gdn_split)
-        except ValueError as exc:
-            raise ConfigError(f"engine.gdn_split: {exc}") from None
+        split_setting(self.gdn_split)
         check_dense_kernel(self.dense_kernel)
 
 
 DENSE_KERNELS = ("torch", "triton")  # engine.dense_kernel
+
+
+def split_setting(text: str):
+    """engine.gdn_split's SplitConfig (engine/kernels/gdn_config.py), or a ConfigError naming
+    the setting and what is wrong with it."""
+    from engine.kernels.gdn_config import parse_split_config  # plain Python, no triton
+
+    try:
+        return parse_split_config(text)
+    except ValueError as exc:
+        raise ConfigError(f"engine.gdn_split: {exc}") from None
 
 
 def check_dense_kernel(name: str) -> None:

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import pytest
 
+from engine.config import EngineConfig
 from engine.kernels.gdn_config import (
     SPLIT_DEFAULT,
+    SPLIT_FROM_TOKENS,
     SPLIT_LEGACY,
     SWEEP_AXES,
     SplitConfig,
@@ -31,6 +33,12 @@ def test_the_default_is_the_h200_sweep_winner_and_the_legacy_launch_is_kept():
         assert SPLIT_LEGACY.launch(kernel) == {"num_warps": 4, "num_stages": 3}
     assert SPLIT_LEGACY.fixed_states_rows is None and not SPLIT_LEGACY.scores_in_prepare
     assert parse_split_config(str(SPLIT_LEGACY)) == SPLIT_LEGACY  # nameable as a bench arm
+
+
+def test_the_engines_auto_threshold_is_the_kernels():
+    """engine.gdn_split_from_tokens's default is written out in engine/config.py (which cannot
+    import the kernels' modules): it must be SPLIT_FROM_TOKENS."""
+    assert EngineConfig().gdn_split_from_tokens == SPLIT_FROM_TOKENS == 256
 
 
 @pytest.mark.parametrize(

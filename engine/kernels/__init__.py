@@ -12,8 +12,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from engine.config import ConfigError, check_dense_kernel
-from engine.kernels.gdn_config import parse_split_config
+from engine.config import ConfigError, check_dense_kernel, split_setting
+from engine.kernels.gdn_config import SPLIT_FROM_TOKENS
 from engine.kernels.torch_ops import TORCH_OPS
 
 BACKENDS = ("auto", "torch", "cuda")
@@ -41,7 +41,7 @@ def build_ops(
     decode_tensor_cores: bool = False,
     piecewise_gdn: bool = False,
     gdn_split: str = "default",
-    gdn_split_from_tokens: int = 256,
+    gdn_split_from_tokens: int = SPLIT_FROM_TOKENS,
     dense_kernel: str = "torch",
 ):
     """The ops object a step's ForwardBatch carries for `model` on `device`; `slots` host
@@ -56,10 +56,7 @@ def build_ops(
         raise ConfigError(
             f"engine.gdn_prefill must be one of {', '.join(GDN_PREFILL)}, got {gdn_prefill!r}"
         )
-    try:
-        split = parse_split_config(gdn_split)
-    except ValueError as exc:
-        raise ConfigError(f"engine.gdn_split: {exc}") from None
+    split = split_setting(gdn_split)
     check_dense_kernel(dense_kernel)
     if resolve_backend(name, device) == "torch":
         return TORCH_OPS

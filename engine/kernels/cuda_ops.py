@@ -31,7 +31,7 @@ from torch import nn
 
 from engine.kernels import triton_gdn, triton_gemm, triton_norms
 from engine.kernels.flashinfer_attention import FlashInferAttention
-from engine.kernels.gdn_config import SPLIT_DEFAULT, SplitConfig
+from engine.kernels.gdn_config import SPLIT_DEFAULT, SPLIT_FROM_TOKENS, SplitConfig
 from engine.kernels.gpu_sampler import sample_on_gpu
 from engine.layers.attention import Attention, GatedAttention, torch_paged_attention
 from engine.layers.gated_delta import GatedDeltaNet, gdn_gates
@@ -63,7 +63,7 @@ class CudaOps:
         decode_tensor_cores: bool = False,
         piecewise_gdn: bool = False,
         gdn_split: SplitConfig = SPLIT_DEFAULT,
-        gdn_split_from_tokens: int = triton_gdn.SPLIT_FROM_TOKENS,
+        gdn_split_from_tokens: int = SPLIT_FROM_TOKENS,
         dense_kernel: str = "torch",
     ):
         self.device = device

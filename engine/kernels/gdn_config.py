@@ -1,8 +1,10 @@
 """The split Gated DeltaNet kernel's launch configuration (`SplitConfig`): its chunk size, each
 launch's value block, warps and pipeline stages, the fixed grid's program counts, and the
 precomputed scores option. The default is session 7's sweep winner on the H200 (below);
-`SPLIT_LEGACY` is what the kernels launched before the config existed; `SPLIT_SWEEP` is what benchmarks/bench_gdn_kernels.py --sweep tries, each config
-legal for the H200's compiler (tests/test_triton_compile.py compiles every one for sm_90).
+`SPLIT_LEGACY` is what the kernels launched before the config existed; `split_sweep()` is
+what benchmarks/bench_gdn_kernels.py --sweep tries, each config legal for the H200's compiler
+(tests/test_triton_compile.py compiles every one for sm_90). Also `auto`'s threshold between
+the one-launch and the split kernel (`SPLIT_FROM_TOKENS`).
 
 Plain Python: the step inputs and the benchmark's argument parsing import it without triton.
 """
@@ -101,6 +103,14 @@ class SplitConfig:
 
 
 SPLIT_DEFAULT = SplitConfig()
+# `auto`'s choice, made per step on the host from the longest chunked row (engine's
+# gdn_split_from_tokens; this is its default). Measured on the H200, a prefill step beside 64
+# decoding rows, piecewise graphs (docs/BENCHMARKS.md, session 7): the split kernel (tuned
+# launch) takes 40-82 us of GPU a layer at 128-384 tokens against the one launch's 84-243,
+# but ~220 us of host against ~95 (four launches); the step is host-bound below ~256 tokens
+# (1 x 128: 6.9 ms split, 4.5 one launch) and GPU-bound above (1 x 384: 6.5 against 7.7;
+# 4 x 256: 6.8 against 9.4).
+SPLIT_FROM_TOKENS = 256
 # The launch before the config existed (Triton's warps and stages, 16 value columns, one
 # program per row or chunk a fixed grid can hold, the scores recomputed per value block).
 SPLIT_LEGACY = SplitConfig(

@@ -42,7 +42,7 @@ import torch
 import triton
 import triton.language as tl
 
-from engine.kernels.gdn_config import SPLIT_DEFAULT, SplitConfig
+from engine.kernels.gdn_config import SPLIT_DEFAULT, SPLIT_FROM_TOKENS, SplitConfig
 from engine.kernels.gdn_tables import chunk_tables, max_chunks, one_token_prefix
 from engine.layers.sampler import rows_to
 
@@ -734,15 +734,6 @@ def _split_launches(
     )  # fmt: skip
 
 
-# `auto`'s choice, made per step on the host from the longest chunked row (engine's
-# gdn_split_from_tokens; this is its default). Measured on the H200, a prefill step beside 64
-# decoding rows, piecewise graphs (docs/BENCHMARKS.md, session 7): the split kernel (tuned
-# launch) takes 40-82 us of GPU a layer at 128-384 tokens against the one launch's 84-243,
-# but ~220 us of host against ~95 (four launches); the step is host-bound below ~256 tokens
-# (1 x 128: 6.9 ms split, 4.5 one launch) and GPU-bound above (1 x 384: 6.5 against 7.7;
-# 4 x 256: 6.8 against 9.4).
-SPLIT_FROM_TOKENS = 256
-
 PREFILL_KINDS = ("triton", "triton_split", "auto")
 
 
@@ -758,13 +749,12 @@ def _one_token_rows(meta) -> int:
 
 def gated_delta_prefill(
     kind: str, qkv, a, b, A_log, dt_bias, ssm_state, meta, k_heads, k_dim, v_dim,
-    split: SplitConfig = SPLIT_DEFAULT, split_from: int | None = None,
+    split: SplitConfig = SPLIT_DEFAULT, split_from: int = SPLIT_FROM_TOKENS,
 ) -> torch.Tensor:  # fmt: skip
     """`gated_delta_recurrent`'s contract for a prefill or mixed step: the leading rows of one
     new token (a mixed step's decode rows) through the recurrence, which costs them a token's
     work instead of a whole chunk's program, and the rest through the chunked kernel `kind`
-    (PREFILL_KINDS; `auto`: the split one when the longest row is `split_from` tokens or more,
-    default SPLIT_FROM_TOKENS;
+    (PREFILL_KINDS; `auto`: the split one when the longest row is `split_from` tokens or more;
     the split one launched as `split` says), both writing into one output. Rows of one token
     later in the batch stay chunked."""
     if kind not in PREFILL_KINDS:
@@ -775,8 +765,7 @@ def gated_delta_prefill(
     if single == meta.num_rows:
         return out
     if kind == "auto":
-        threshold = SPLIT_FROM_TOKENS if split_from is None else split_from
-        long = max(meta.num_new[single:]) >= threshold
+        long = max(meta.num_new[single:]) >= split_from
         kind = "triton_split" if long else "triton"
     if kind == "triton_split":
         return gated_delta_chunked_split(*args, split=split, row0=single, out=out)
