@@ -30,6 +30,13 @@ class EngineConfig:
     max_rows: int = 256  # rows (requests) in one step
     max_tokens_per_step: int = 2048  # tokens in one step; longer prompts are chunked
     mixing: bool = False  # may prefill rows join a decode step
+    # A new request's prefill may wait up to this many steps while other rows decode, so that
+    # requests arriving a few steps apart prefill together: fewer prefill steps (each holds up
+    # every decoding row, and costs the host about as much for one row as for four) for a
+    # later first token. 0: prefill at once (TGI's router has this trade as
+    # max_waiting_tokens). Never holds with no row decoding, nor once a step's worth of prompt
+    # tokens waits (docs/ENGINE.md, INVARIANTS 53).
+    prefill_hold_steps: int = 0
     max_model_len: int = 4096  # prompt + output tokens of one request
     kv_pages: int = 8192  # pages in the paged KV pool
     state_slots: int = 512  # recurrent-state slots (one per running request)

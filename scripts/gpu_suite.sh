@@ -2,7 +2,7 @@
 # Every GPU test and benchmark of the project, for one `device` run (see docs/BENCHMARKS.md):
 #   bash scripts/gpu_suite.sh STAGE...  STAGE: tests | quick | step | prefill | options | mixed |
 #   splitstep | splittune | stacks | accuracy | gdn | gdncap | gdnbench | run | evidence | orpheus |
-#   orpheus_step | codec | codec_overlap | codec_kernels | gemm | all
+#   orpheus_step | codec | codec_overlap | codec_kernels | gemm | launch | all
 # with carry [".whl", ".jitcache"]. Logs go under $OUT (default ./gpu-out). JIT caches
 # (FlashInfer, Triton) are restored from .jitcache/ when present and saved to $OUT/jit-*.
 set -uo pipefail
@@ -147,8 +147,9 @@ for stage in "${stages[@]}"; do
       timeout 110 python3 -m benchmarks.bench_gdn_kernels --paths --state-dtypes float32 \
         --sweep --json "$OUT/gdn_sweep.jsonl" 2>&1 | tee -a "$OUT/gdn_bench.log" ;;
     accuracy)  # engine.state_dtype bfloat16 against float32: greedy agreement at 0.8b
-      timeout 400 python3 -m benchmarks.bench_state_accuracy --size 0.8b --requests 16 \
-        --prompt 128 --tokens 512 2>&1 | tail -n 30 | tee "$OUT/state_accuracy.log" ;;
+      # (ACCURACY_ARGS and ACCURACY_TIMEOUT shrink it to fit what is left of a call)
+      timeout ${ACCURACY_TIMEOUT:-400} python3 -m benchmarks.bench_state_accuracy --size 0.8b \
+        ${ACCURACY_ARGS:---requests 16 --prompt 128 --tokens 512} 2>&1 | tail -n 30 | tee "$OUT/state_accuracy.log" ;;
     gdn)  # our chunked Gated DeltaNet kernel: its tests, then a prefill step on it (profiled)
       timeout 300 python3 -m pytest -m gpu -q -rA tests/test_gpu_kernels.py tests/test_gpu.py \
         -k "${GDN_TESTS:-gated_deltanet or orpheus}" 2>&1 | tee "$OUT/gpu_tests.log"
@@ -253,8 +254,18 @@ for stage in "${stages[@]}"; do
       [ $left -gt 60 ] && timeout $left python3 -m pytest -m gpu -q -rA -s \
         tests/test_gpu_kernels.py tests/test_gpu.py -k "skinny or dense_kernel" 2>&1 \
         | tail -n 40 | tee "$OUT/gemm_tests.log" ;;
+    launch)  # what one launch costs the host (torch op, cuBLAS GEMM, Triton JIT and bound
+      # runner, our wrappers): the eager step's host time divided among its launches
+      timeout 60 python3 -m benchmarks.bench_launch 2>&1 | tee "$OUT/bench_launch.log" ;;
   esac
 done
+# At most 8 files come back from $OUT: past 6, the logs go into one logs.tgz (the JIT
+# caches and the evidence tarballs stay apart).
+shopt -s nullglob
+logs=()
+for f in "$OUT"/*; do case ${f##*/} in jit-*|*.tgz) ;; *) logs+=("${f##*/}") ;; esac; done
+if (( ${#logs[@]} > 6 )); then tar -C "$OUT" -c -z -f "$OUT/logs.tgz" "${logs[@]}" \
+  && (cd "$OUT" && rm -f "${logs[@]}"); fi
 # Save the JIT caches (compiled .so files and Triton cubins only) for the next machine.
 tar -c -z -f /tmp/jit.tgz /tmp/fi/.cache/flashinfer/*/*/cached_ops/*/*.so /tmp/triton-cache \
   2>/dev/null && split -b 15M /tmp/jit.tgz "$OUT/jit-" && ls -la "$OUT"

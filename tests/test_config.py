@@ -45,6 +45,7 @@ def test_overrides_are_typed():
     ("orpheus", "tiny", "engine.codec_overlap=2", "engine.codec_overlap must be true or false"),
     ("qwen35", "tiny", "engine.max_rows=-1", "must not be negative"),
     ("qwen35", "tiny", "engine.max_rows=1.5", "must be an integer"),
+    ("qwen35", "tiny", "engine.prefill_hold_steps=-2", "prefill_hold_steps must not be negative"),
     ("qwen35", "tiny", "engine.nosuch=1", "unknown setting engine.nosuch"),
     ("qwen35", "tiny", "load.prompt_tokens=[5,2]", "1 <= low <= high"),
     ("qwen35", "tiny", "mixing=true", "must be model.X, engine.X or load.X"),

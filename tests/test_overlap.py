@@ -73,3 +73,48 @@ def test_overlapped_loop_emits_the_strict_loops_frames():
     assert worker.engine.cache.pages.num_free == worker.engine.cache.pages.size
     assert worker.engine.cache.slots.num_free == worker.engine.cache.slots.size
     assert not worker.has_work()
+
+
+def _staggered(overlap: bool, hold: int):
+    """Requests arriving every other iteration as others decode: frames per rid and the
+    rows of each step the worker ran."""
+    scenario = load_scenario("qwen35", "tiny")
+    config = replace(
+        scenario.engine, overlap=overlap, max_tokens_per_step=48, max_rows=8,
+        prefill_hold_steps=hold,
+    )  # fmt: skip
+    frames: list[StepFrames] = []
+    worker = build_worker(scenario.model, config, PhaseTimer(0, "o", []), frames.append)
+    arrivals = _requests(ignore_eos=True)
+    steps = []
+    scheduler = worker.engine.scheduler
+    schedule = scheduler.schedule
+
+    def recording_schedule():
+        rows = schedule()
+        steps.append([r.walk for r in rows])
+        return rows
+
+    scheduler.schedule = recording_schedule
+    i = 0
+    while arrivals or worker.has_work():
+        if arrivals and i % 2 == 0:
+            worker.handle(arrivals.pop(0))
+        worker.iteration()
+        i += 1
+    out: dict[int, list[int]] = {}
+    for step in frames:
+        for frame in step.frames:
+            out.setdefault(frame.rid, []).extend(frame.tokens)
+    return out, steps
+
+
+def test_the_prefill_hold_changes_when_prompts_run_not_what_they_emit():
+    for overlap in (False, True):
+        now, steps_now = _staggered(overlap, hold=0)
+        held, steps_held = _staggered(overlap, hold=4)
+        assert held == now  # every request's tokens, each one's own
+        prefills = [s for s in steps_held if "prefill" in s]
+        # fewer prefill steps, some of several prompts at once
+        assert len(prefills) < len([s for s in steps_now if "prefill" in s])
+        assert max(s.count("prefill") for s in prefills) > 1

@@ -1,4 +1,5 @@
-"""Continuous batching: admission (INVARIANTS 9), chunked prefill, mixing, pool accounting."""
+"""Continuous batching: admission (INVARIANTS 9), chunked prefill, mixing, the prefill hold
+(INVARIANTS 53), pool accounting."""
 
 from __future__ import annotations
 
@@ -104,3 +105,56 @@ def test_decode_rows_respect_max_rows():
         sched.add(req(rid, 2, 4))
     rows = sched.schedule()
     assert len(rows) == 2 and len(sched.waiting) == 1
+
+
+def _walks(sched, steps: int, arrivals: dict[int, list[Request]] | None = None):
+    """Each step's rows as (walk, rid) pairs; `arrivals[i]` join before step i."""
+    out = []
+    for i in range(steps):
+        for r in (arrivals or {}).get(i, []):
+            sched.add(r)
+        rows = sched.schedule()
+        out.append([(r.walk, r.request.rid) for r in rows])
+        run_step(rows)
+    return out
+
+
+def test_prefill_hold_batches_arrivals_and_holds_no_longer_than_its_steps():
+    for mixing in (False, True):
+        config = EngineConfig(
+            page_size=4, max_rows=8, max_tokens_per_step=64, mixing=mixing, prefill_hold_steps=3
+        )
+        sched, _ = make(config)
+        # Request 0 arrives with nothing decoding: prefilled at once, never held.
+        walks = _walks(sched, 1, {0: [req(0, 4, 40)]})
+        assert walks == [[("prefill", 0)]]
+        # 1 arrives, 2 one step later: both wait while 0 decodes, 3 steps after 1 came.
+        walks = _walks(sched, 5, {0: [req(1, 4, 40)], 1: [req(2, 4, 40)]})
+        d0, d012 = [("decode", 0)], [("decode", r) for r in range(3)]
+        both = [("prefill", 1), ("prefill", 2)]
+        assert walks == [d0, d0, d0, (d0 + both) if mixing else both, d012]
+        # The count restarts once none waits: 3 arriving now waits its own 3 steps.
+        walks = _walks(sched, 4, {0: [req(3, 4, 40)]})
+        d = [("decode", r) for r in range(3)]
+        assert walks == [d, d, d, (d + [("prefill", 3)]) if mixing else [("prefill", 3)]]
+
+
+def test_prefill_hold_releases_at_once_for_a_full_step_or_a_begun_prompt():
+    config = EngineConfig(page_size=4, max_rows=8, max_tokens_per_step=8, prefill_hold_steps=5)
+    sched, _ = make(config)
+    _walks(sched, 1, {0: [req(0, 2, 40)]})  # 0 decodes from here on
+    # A step's worth of prompt tokens waiting: nothing to gain by holding.
+    assert _walks(sched, 1, {0: [req(1, 8, 4)]}) == [[("prefill", 1)]]
+    # A prompt begun before any row decoded goes on, though rows decode now.
+    sched, _ = make(config)
+    walks = _walks(sched, 3, {0: [req(0, 4, 40), req(1, 10, 40)]})
+    assert walks == [[("prefill", 0), ("prefill", 1)], [("prefill", 1)],
+                     [("decode", 0), ("decode", 1)]]  # fmt: skip
+
+
+def test_prefill_hold_zero_prefills_each_arrival_at_once():
+    config = EngineConfig(page_size=4, max_rows=8, max_tokens_per_step=64)
+    assert config.prefill_hold_steps == 0  # the default: today's scheduling
+    sched, _ = make(config)
+    walks = _walks(sched, 3, {0: [req(0, 4, 40)], 1: [req(1, 4, 40)]})
+    assert walks == [[("prefill", 0)], [("prefill", 1)], [("decode", 0), ("decode", 1)]]

@@ -4,7 +4,8 @@ Requests join between steps. Admission is oldest first and reserves the request'
 page budget and a state slot, so a request that does not fit waits rather than failing,
 and a younger request never overtakes an older one (no starvation). With `mixing` off a
 step is all prefill or all decode; with it on, prefill chunks fill the decode step's
-leftover token budget.
+leftover token budget. With `prefill_hold_steps` N > 0, prompts not yet begun wait up to N
+steps while other rows decode, so that arrivals a few steps apart prefill in one step.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ class Scheduler:
         self.cache = cache
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
+        self._held = 0  # steps run while some prompt waited, since none last waited
 
     def add(self, request: Request) -> None:
         self.waiting.append(request)
@@ -59,6 +61,10 @@ class Scheduler:
         tokens_left = self.config.max_tokens_per_step
         decode = [r for r in self.running if r.prefill_done]
         prefill = [r for r in self.running if not r.prefill_done]
+        if not prefill:
+            self._held = 0
+        elif decode and self._hold(prefill):
+            prefill = []
         rows: list[ScheduledRow] = []
         if decode and (self.config.mixing or not prefill):
             rows = [ScheduledRow(r, 1, "decode") for r in decode]
@@ -72,6 +78,21 @@ class Scheduler:
             rows.append(ScheduledRow(request, chunk, "prefill"))
             tokens_left -= chunk
         return rows
+
+    def _hold(self, prefill: list[Request]) -> bool:
+        """Whether this step leaves the waiting prompts for a later one (INVARIANTS 53): only
+        while rows decode (the caller's), none of them has begun (a begun prompt's chunks go
+        on), they add up to less than a step's tokens, and they have waited fewer than
+        `prefill_hold_steps` steps. Once released, prompts run until none waits, arrivals
+        meanwhile included; the count restarts when none waits."""
+        if (
+            self._held >= self.config.prefill_hold_steps
+            or any(r.num_cached for r in prefill)
+            or sum(r.pending for r in prefill) >= self.config.max_tokens_per_step
+        ):
+            return False
+        self._held += 1
+        return True
 
     def _admit(self) -> None:
         while self.waiting and len(self.running) < self.config.max_rows:
