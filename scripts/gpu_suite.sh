@@ -23,9 +23,11 @@ stages=("$@")
 [ "${stages[*]}" = "all" ] && stages=(tests step run)
 for stage in "${stages[@]}"; do
   case $stage in
-    tests)
-      timeout 420 python3 -m pytest -m gpu -q -rA tests/test_gpu_double_buffer.py \
-        tests/test_gpu_kernels.py tests/test_gpu.py 2>&1 | tee "$OUT/gpu_tests.log" ;;
+    tests)  # every GPU test (~8-9 minutes warm: a call of its own); -v names each result as
+      # it comes, so a run cut by the guard still says what passed (session 8's 420 s cut it)
+      timeout 570 python3 -m pytest -m gpu -v -rA tests/test_gpu_double_buffer.py \
+        tests/test_gpu_kernels.py tests/test_gpu.py 2>&1 | grep -E "PASSED|FAILED|ERROR|SKIPPED|passed|failed|Error" \
+        | tee "$OUT/gpu_tests.log" ;;
     quick)  # the loop, graphs, buffers and sampler, without the slow 0.8b model comparisons
       # (the 0.8b piecewise replay test, off and on for engine.piecewise_gdn: stage gdncap)
       timeout 560 python3 -m pytest -m gpu -q -rA tests/test_gpu_double_buffer.py \
@@ -126,12 +128,21 @@ for stage in "${stages[@]}"; do
       [ $left -gt 60 ] && timeout $left python3 -m pytest -m gpu -q -rA tests/test_gpu.py \
         tests/test_gpu_kernels.py -k "08b_piecewise or flashinfer" 2>&1 | tail -n 30 \
         | tee "$OUT/gpu_tests.log" ;;
-    stacks)  # the host calls of a decode step (batch 64, graphs) and of a mixed step (1 x 384
-      # beside 64 decoding) by Python line
+    stacks)  # the host calls by Python line of a decode step (batch 64, graphs), a mixed step
+      # (1 x 384 beside 64 decoding) and a prefill step (1 x 384, 64 decoding aside), then of
+      # the eager decode step (no graphs: where its ~17 ms of host go)
       timeout 150 python3 -m benchmarks.bench_gpu_step --batch 64 --context 512 --steps 5 \
         --graphs --piecewise --mixing --prefill 1x384 --profile /tmp/profile_stacks --stacks \
         2>&1 | grep -E "step,|Error|error" | tee -a "$OUT/bench_step.log"
-      cat /tmp/profile_stacks /tmp/profile_stacks.prefill_1x384 > "$OUT/stacks.txt" ;;
+      timeout 150 python3 -m benchmarks.bench_gpu_step --batch 64 --context 512 --steps 5 \
+        --graphs --piecewise --no-mixing --prefill 1x384 --profile /tmp/profile_stacks_p --stacks \
+        2>&1 | grep -E "step,|Error|error" | tee -a "$OUT/bench_step.log"
+      timeout 120 python3 -m benchmarks.bench_gpu_step --batch 64 --context 512 --steps 5 \
+        --no-graphs --no-piecewise --profile /tmp/profile_stacks_eager --stacks 2>&1 \
+        | grep -E "decode step|Error|error" | tee -a "$OUT/bench_step.log"
+      cat /tmp/profile_stacks /tmp/profile_stacks.prefill_1x384 > "$OUT/stacks.txt"
+      cat /tmp/profile_stacks_p.prefill_1x384 > "$OUT/stacks_prefill.txt"
+      cat /tmp/profile_stacks_eager > "$OUT/stacks_eager.txt" ;;
     gdnbench)  # Gated DeltaNet's kernels alone, one layer call (benchmarks/bench_gdn_kernels.py,
       # docs/KERNELS.md "Tuning the split kernel"): every path at the default shapes with the
       # per-kernel split; the captured form at bench_gpu_step's max_rows (68) beside the
@@ -163,6 +174,7 @@ for stage in "${stages[@]}"; do
         --out /tmp/run-c64 2>&1 | tee "$OUT/bench_run.log"
       cp /tmp/run-c64/summary.json "$OUT/run_c64_summary.json" 2>/dev/null ;;
     evidence)  # EVIDENCE="name:engine.key[:A:B] ..." each an ABBA comparison key=A (arm
+      # (of EVIDENCE_SCENARIO, default qwen35, at EVIDENCE_C, default 64)
       # "off", default false) vs key=B ("on", default true), 3 blocks, report; one tarball
       # back per comparison. A comparison starts only while EVIDENCE_UNTIL (seconds since
       # this stage began, default 300) has not passed. EVIDENCE_CONTINUE=DIR (a carried,
@@ -184,7 +196,8 @@ for stage in "${stages[@]}"; do
           fi
         fi
         # --time-budget ends the schedule between whole blocks; the timeout only guards a hang
-        timeout $(( ${EVIDENCE_BUDGET:-300} + 150 )) python3 -m harness run qwen35 -c 64 --abba \
+        timeout $(( ${EVIDENCE_BUDGET:-300} + 150 )) python3 -m harness run \
+          ${EVIDENCE_SCENARIO:-qwen35} -c ${EVIDENCE_C:-64} --abba \
           --blocks 3 --time-budget ${EVIDENCE_BUDGET:-300} --report \
           ${EVIDENCE_LOAD:---requests 128 --warmup 32} --out /tmp/ev-$name "${more[@]}" \
           --arm "off=$key=$a" --arm "on=$key=$b" > /tmp/ev-$name.log 2>&1
