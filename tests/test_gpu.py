@@ -333,8 +333,8 @@ def _orpheus_on(device: str, overlap: bool, lengths: list[int], **engine):
 @pytest.mark.parametrize("codec_kernels", ["torch", "fused"])
 @pytest.mark.parametrize("overlap", [False, True])
 def test_tiny_orpheus_on_cuda_equals_the_cpu_reference(overlap, codec_kernels):
-    """The Llama node through CudaOps (packed projections, Triton norms, the rope and
-    attention references in fp32), the logit mask's offsets copied without blocking, and the
+    """The Llama node through CudaOps (packed projections, Triton norms and rotary, the
+    attention reference in fp32), the logit mask's offsets copied without blocking, and the
     codec on the GPU: the same audio tokens as the CPU worker and the same PCM but for float
     rounding, in the strict and the overlapped loop, the codec on the torch reference or on
     our kernels (`engine.codec_kernels`). cuDNN's convolutions run in TF32 unless

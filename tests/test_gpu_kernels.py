@@ -90,6 +90,13 @@ def test_norm_kernels_equal_the_reference(dtype):
     )
     want = TORCH_OPS.head_norm_rope(heads[..., :256], head_norm, cos, sin)
     torch.testing.assert_close(got, want, atol=TOL[dtype], rtol=TOL[dtype])
+    # Llama's rotary alone (full head of 128) on q viewed out of a packed q | k | v
+    positions = torch.tensor([0, 1, 5, 99, 511, 2000, 4095], device=CUDA)
+    cos, sin = RotaryEmbedding(128, 5e5)(positions)
+    packed = torch.randn(7, (24 + 2 * 8) * 128, device=CUDA, dtype=dtype, generator=gen)
+    q = packed[:, : 24 * 128].view(7, 24, 128)
+    got = triton_norms.rope(q, cos, sin)
+    torch.testing.assert_close(got, TORCH_OPS.rope(q, cos, sin), atol=TOL[dtype], rtol=TOL[dtype])
 
     core = torch.randn(7, 16, 128, device=CUDA, dtype=dtype, generator=gen)
     z = torch.randn(7, 3000, device=CUDA, dtype=dtype, generator=gen)[:, : 16 * 128]

@@ -562,3 +562,56 @@ def test_skinny_gemm_in_the_interpreter_equals_fp32_math():
     assert report["bfloat16-64x72x3584-splitNone"]["split"] == 7  # 0.8b's down_proj split
     assert report["bfloat16-1x96x256-splitNone"]["split"] == 1
     assert report["bfloat16-1x130x2048-split3"]["split"] == 3
+
+
+ROPE_CHECK = r"""
+import json
+import torch
+from engine.kernels import triton_norms
+from engine.layers.norm import RMSNorm
+from engine.layers.rotary import RotaryEmbedding, apply_rotary
+from engine.kernels.torch_ops import TorchOps
+
+torch.manual_seed(0)
+report = {}
+positions = torch.tensor([0, 1, 7, 300, 4095])
+for dtype in (torch.float32, torch.bfloat16):
+    for heads, dim, rotary in ((3, 128, 128), (2, 64, 16)):  # Llama's (full), a partial one
+        cos, sin = RotaryEmbedding(rotary, 5e5)(positions)
+        packed = torch.randn(5, 3 * heads * dim).to(dtype)  # a projection's q | k | v
+        x = packed[:, heads * dim : 2 * heads * dim].view(5, heads, dim)  # strided rows
+        got = triton_norms.rope(x, cos, sin)
+        want = apply_rotary(x, cos, sin)
+        norm = RMSNorm(dim)
+        norm.weight.data.normal_(0, 0.1)
+        normed = triton_norms.head_norm_rope(x, 1 + norm.weight.float(), cos, sin, 1e-6)
+        want_normed = TorchOps().head_norm_rope(x, norm.to(dtype), cos, sin)
+        report[f"{str(dtype)[6:]}-{heads}x{dim}-rot{rotary}"] = {
+            "rope": (got.float() - want.float()).abs().max().item(),
+            "rope_scale": want.float().abs().max().item(),
+            "norm_rope": (normed.float() - want_normed.float()).abs().max().item(),
+            "norm_rope_scale": want_normed.float().abs().max().item(),
+            "dtype": str(got.dtype), "contiguous": got.is_contiguous(),
+            "untouched": torch.equal(got[..., rotary:], x[..., rotary:]),
+        }
+print(json.dumps(report))
+"""
+
+
+def test_rotary_kernels_in_the_interpreter_equal_the_reference():
+    """Llama's rotary (`rope`) and Qwen3.5's q/k norm + partial rotary (`head_norm_rope`, one
+    kernel with a norm switch) against the torch reference on strided heads: fp32 to fp32
+    rounding; bf16 within one bf16 ulp of the values' scale for the rotary alone (one rounding
+    of the same fp32 result; the interpreter's fp32 -> bf16 conversion truncates where torch
+    rounds) and four for the norm + rotary (rounded after the norm, then after the rotation,
+    which mixes two rounded values). The dims past the rotary part pass through unchanged."""
+    report = _interpret(ROPE_CHECK)
+    assert len(report) == 4, sorted(report)
+    for name, result in report.items():
+        fp32 = name.startswith("float32")
+        tol = 1e-5 if fp32 else 2**-7 * max(1.0, result["rope_scale"])
+        assert result["rope"] <= tol, (name, result)
+        tol = 1e-5 if fp32 else 4 * 2**-7 * max(1.0, result["norm_rope_scale"])
+        assert result["norm_rope"] <= tol, (name, result)
+        assert result["dtype"] == "torch." + name.split("-")[0] and result["contiguous"], name
+        assert result["untouched"], name

@@ -36,7 +36,6 @@ from engine.kernels.gpu_sampler import sample_on_gpu
 from engine.layers.attention import Attention, GatedAttention, torch_paged_attention
 from engine.layers.gated_delta import GatedDeltaNet, gdn_gates
 from engine.layers.norm import GatedRMSNorm, RMSNorm
-from engine.layers.rotary import apply_rotary
 
 
 def _pack(linears: tuple[nn.Linear, ...]) -> torch.Tensor:
@@ -143,8 +142,7 @@ class CudaOps:
         return triton_norms.head_norm_rope(x, self.weights[norm], cos, sin, norm.eps)
 
     def rope(self, x, cos, sin) -> torch.Tensor:
-        """No kernel of its own yet (Llama's heads): the torch reference."""
-        return apply_rotary(x, cos, sin)
+        return triton_norms.rope(x, cos, sin)
 
     def attention(self, q, k, v, k_cache, v_cache, batch, scale: float) -> torch.Tensor:
         if self.attention_backend is None:

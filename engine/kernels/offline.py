@@ -124,11 +124,12 @@ def recording(launches: list):
 
 def record_launches(dtype: torch.dtype) -> list[Launch]:
     """Every launch the wrappers make for one prefill step of 3 rows (1, 5 and 64 tokens) at
-    0.8b's shapes, activations in `dtype`, each Gated DeltaNet kernel from row 0 and, as a
-    mixed step's dispatch launches it, from row 1; and the conv and Gated DeltaNet of that
-    step padded to a bucket of 128 tokens on fixed grids (`gated_delta_fixed_grid`); and the
-    SNAC codec's at 24 kHz: a Snake on the first block's input and on the last's output, a
-    residual unit of the first block at each dilation and one of the last."""
+    0.8b's shapes (and the rotary alone at Llama 3b's heads), activations in `dtype`, each
+    Gated DeltaNet kernel from row 0 and, as a mixed step's dispatch launches it, from row 1;
+    and the conv and Gated DeltaNet of that step padded to a bucket of 128 tokens on fixed
+    grids (`gated_delta_fixed_grid`); and the SNAC codec's at 24 kHz: a Snake on the first
+    block's input and on the last's output, a residual unit of the first block at each
+    dilation and one of the last."""
     launches: list = []
     with recording(launches):
         _run_wrappers(dtype)
@@ -251,6 +252,9 @@ def _run_wrappers(dtype: torch.dtype) -> None:
     q = torch.zeros(tokens, heads, head_dim, dtype=dtype)
     cos = torch.zeros(tokens, 32, dtype=torch.float32)
     triton_norms.head_norm_rope(q, torch.zeros(head_dim), cos, cos, 1e-6)
+    heads_3b = torch.zeros(tokens, 3 * 24 * 128, dtype=dtype)[:, : 24 * 128]  # Llama's q view
+    full = torch.zeros(tokens, 64, dtype=torch.float32)  # full rotary: head_dim / 2
+    triton_norms.rope(heads_3b.view(tokens, 24, 128), full, full)
     core = torch.zeros(tokens, V_HEADS, DIM, dtype=dtype)
     triton_norms.gated_norm(core, torch.zeros(tokens, V_HEADS * DIM, dtype=dtype), w[:DIM], 1e-6)
     triton_norms.silu_mul(torch.zeros(tokens, 2 * 3584, dtype=dtype))

@@ -1,6 +1,6 @@
 """Triton kernels for the elementwise and per-row work of a step: RMS norms (with the residual
-add fused), per-head q/k norm fused with partial rotary, the gated norm of Gated DeltaNet,
-SiLU-and-multiply, and the paged K/V store.
+add fused), per-head q/k norm fused with partial rotary (and the rotary alone: Llama's heads),
+the gated norm of Gated DeltaNet, SiLU-and-multiply, and the paged K/V store.
 
 Each kernel rounds where the torch reference (engine/layers) rounds, so the two agree to the
 last bit in fp32 and to bf16 rounding in bf16: sums in fp32, one rounding per reference op.
@@ -53,25 +53,27 @@ def rms_norm(
 
 @triton.jit
 def _head_norm_rope_kernel(
-    X, OUT, W, COS, SIN, stride_xt, stride_xh, H, D, HALF, eps, BLOCK: tl.constexpr
-):
+    X, OUT, W, COS, SIN, stride_xt, stride_xh, H, D, HALF, eps,
+    HAS_NORM: tl.constexpr, BLOCK: tl.constexpr,
+):  # fmt: skip
     pid = tl.program_id(0)
     t, h = pid // H, pid % H
     cols = tl.arange(0, BLOCK)
     mask = cols < D
     base = X + t * stride_xt + h * stride_xh
-    x = tl.load(base + cols, mask=mask, other=0.0).to(tl.float32)
-    inv = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / D + eps)
-    y = (x * inv * tl.load(W + cols, mask=mask, other=0.0)).to(OUT.dtype.element_ty)
-    y = y.to(tl.float32)
     # Neox rotation of the first 2 * HALF dims: the partner of i is i +- HALF.
     rotated = cols < 2 * HALF
     first = cols < HALF
     partner = tl.where(first, cols + HALF, cols - HALF)
     pmask = mask & rotated
-    xp = tl.load(base + partner, mask=pmask, other=0.0).to(tl.float32)
-    yp = (xp * inv * tl.load(W + partner, mask=pmask, other=0.0)).to(OUT.dtype.element_ty)
-    yp = yp.to(tl.float32)
+    y = tl.load(base + cols, mask=mask, other=0.0).to(tl.float32)
+    yp = tl.load(base + partner, mask=pmask, other=0.0).to(tl.float32)
+    if HAS_NORM:  # the reference rounds the normed head before rotating it
+        inv = 1.0 / tl.sqrt(tl.sum(y * y, axis=0) / D + eps)
+        y = (y * inv * tl.load(W + cols, mask=mask, other=0.0)).to(OUT.dtype.element_ty)
+        y = y.to(tl.float32)
+        yp = (yp * inv * tl.load(W + partner, mask=pmask, other=0.0)).to(OUT.dtype.element_ty)
+        yp = yp.to(tl.float32)
     freq = tl.where(first, cols, cols - HALF)
     cos = tl.load(COS + t * HALF + freq, mask=pmask, other=1.0)
     sin = tl.load(SIN + t * HALF + freq, mask=pmask, other=0.0)
@@ -85,12 +87,24 @@ def head_norm_rope(
     """Per-head RMS norm (fp32 weight, scale applied) then neox rotary of the first
     2 * cos.shape[1] dims. x [T, H, D], a view whose last axis is contiguous; cos/sin fp32
     [T, rotary_dim / 2]. Returns a contiguous [T, H, D] in x's dtype."""
+    return _heads(x, weight, cos, sin, eps)
+
+
+def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Neox rotary of the first 2 * cos.shape[1] dims of each head, in fp32, rounded once
+    (engine/layers/rotary.py's `apply_rotary`; Llama's q and k); the other dims pass through.
+    x [T, H, D] as for `head_norm_rope`. Returns a contiguous [T, H, D] in x's dtype."""
+    return _heads(x, None, cos, sin, 0.0)
+
+
+def _heads(x, weight, cos, sin, eps: float) -> torch.Tensor:
     tokens, heads, dim = x.shape
     out = torch.empty((tokens, heads, dim), dtype=x.dtype, device=x.device)
     if tokens:
         _head_norm_rope_kernel[(tokens * heads,)](
-            x, out, weight, cos, sin, x.stride(0), x.stride(1), heads, dim, cos.shape[1], eps,
-            BLOCK=triton.next_power_of_2(dim),
+            x, out, x if weight is None else weight, cos, sin, x.stride(0), x.stride(1),
+            heads, dim, cos.shape[1], eps,
+            HAS_NORM=weight is not None, BLOCK=triton.next_power_of_2(dim),
         )  # fmt: skip
     return out
 
