@@ -216,11 +216,15 @@ for stage in "${stages[@]}"; do
     orpheus_step)  # Orpheus 3b apart from the server: the LLM's decode step alone (batch 64,
       # context 256, graphs, its logit mask; the GPU's busy time a step), then the worker's
       # iteration with both nodes (64 requests, strict and overlapped loops), profiled by CUDA
-      # stream (docs/ORPHEUS.md); ORPHEUS_ITER_ARGS adds e.g. --codec-overlap. 300 s of guards
-      timeout 150 python3 -m benchmarks.bench_gpu_step --scenario orpheus --size 3b --batch 64 \
-        --context 256 --graphs --profile "$OUT/orpheus_step_profile.txt" 2>&1 \
-        | grep -E "decode step|GPU busy|Error|error" | tee -a "$OUT/orpheus_step.log"
-      timeout 150 python3 -m benchmarks.bench_orpheus_iteration --size 3b --requests 64 \
+      # stream (docs/ORPHEUS.md); ORPHEUS_ITER_ARGS adds e.g. --codec-overlap. The LLM's step
+      # with FlashInfer's decode on CUDA cores and on tensor cores (3b's query group is 3).
+      # 120 + 120 + 300 s of guards (session 8's 150 s cut the iteration's overlapped loop)
+      for tc in --no-decode-tensor-cores --decode-tensor-cores; do
+        timeout 120 python3 -m benchmarks.bench_gpu_step --scenario orpheus --size 3b \
+          --batch 64 --context 256 --graphs $tc --profile "$OUT/orpheus_step_profile$tc.txt" \
+          2>&1 | grep -E "decode step|GPU busy|Error|error" | tee -a "$OUT/orpheus_step.log"
+      done
+      timeout 300 python3 -m benchmarks.bench_orpheus_iteration --size 3b --requests 64 \
         --profile "$OUT/orpheus_iteration_profile.txt" ${ORPHEUS_ITER_ARGS:-} 2>&1 \
         | grep -v "^USDT" | tail -n 80 | tee -a "$OUT/orpheus_step.log" ;;
     codec)  # the codec graphs (engine.codec_graphs): their GPU tests, then, if they pass,
