@@ -217,14 +217,15 @@ for stage in "${stages[@]}"; do
       # context 256, graphs, its logit mask; the GPU's busy time a step), then the worker's
       # iteration with both nodes (64 requests, strict and overlapped loops), profiled by CUDA
       # stream (docs/ORPHEUS.md); ORPHEUS_ITER_ARGS adds e.g. --codec-overlap. The LLM's step
-      # with FlashInfer's decode on CUDA cores and on tensor cores (3b's query group is 3).
-      # 120 + 120 + 300 s of guards (session 8's 150 s cut the iteration's overlapped loop)
-      for tc in --no-decode-tensor-cores --decode-tensor-cores; do
-        timeout 120 python3 -m benchmarks.bench_gpu_step --scenario orpheus --size 3b \
-          --batch 64 --context 256 --graphs $tc --profile "$OUT/orpheus_step_profile$tc.txt" \
+      # with FlashInfer's decode on CUDA cores and on tensor cores (3b's query group is 3), and
+      # with our GEMM for the LM head (engine.dense_kernel head). 3 x 100 + 250 s of guards
+      # (session 8's 150 s cut the iteration's overlapped loop)
+      for opt in --no-decode-tensor-cores --decode-tensor-cores "--dense-kernel head"; do
+        timeout 100 python3 -m benchmarks.bench_gpu_step --scenario orpheus --size 3b \
+          --batch 64 --context 256 --graphs $opt --profile "$OUT/orpheus_step${opt// /}.txt" \
           2>&1 | grep -E "decode step|GPU busy|Error|error" | tee -a "$OUT/orpheus_step.log"
       done
-      timeout 300 python3 -m benchmarks.bench_orpheus_iteration --size 3b --requests 64 \
+      timeout 250 python3 -m benchmarks.bench_orpheus_iteration --size 3b --requests 64 \
         --profile "$OUT/orpheus_iteration_profile.txt" ${ORPHEUS_ITER_ARGS:-} 2>&1 \
         | grep -v "^USDT" | tail -n 80 | tee -a "$OUT/orpheus_step.log" ;;
     codec)  # the codec graphs (engine.codec_graphs): their GPU tests, then, if they pass,

@@ -35,6 +35,8 @@ def test_overrides_are_typed():
     assert load_scenario("qwen35", "0.8b").engine.dense_kernel == "torch"  # until measured
     s = load_scenario("qwen35", "tiny", parse_overrides("engine.dense_kernel=triton"))
     assert s.engine.dense_kernel == "triton" and s.to_dict()["engine"]["dense_kernel"] == "triton"
+    s = load_scenario("orpheus", "tiny", parse_overrides("engine.dense_kernel=head"))
+    assert s.engine.dense_kernel == "head"
 
 
 @pytest.mark.parametrize("name,size,overrides,message", [
@@ -53,7 +55,7 @@ def test_overrides_are_typed():
     ("qwen35", "tiny", "engine.gdn_split=states_bv=12", "engine.gdn_split: states_bv must be"),
     ("qwen35", "tiny", "engine.gdn_split=chunk=32,warps=8", "unknown split config field 'warps'"),
     ("qwen35", "tiny", "engine.dense_kernel=cublas",
-     "engine.dense_kernel must be one of torch, triton, got 'cublas'"),
+     "engine.dense_kernel must be one of torch, triton, head, got 'cublas'"),
 ])  # fmt: skip
 def test_bad_scenarios_and_overrides_are_clear_errors(name, size, overrides, message):
     with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("(", r"\(")):

@@ -278,3 +278,24 @@ def test_matches_the_transformers_reference():
     with torch.no_grad():
         expected = reference(ids[None]).logits[0]
     torch.testing.assert_close(ours.forward_full(ids), expected, atol=1e-4, rtol=1e-5)
+
+
+def test_dense_kernel_head_puts_the_lm_head_alone_on_ours(tiny, monkeypatch):
+    """engine.dense_kernel "head": our GEMM for the LM head's product only (the tied
+    embeddings' weight), "triton" for every product, "torch" for none; never past MAX_ROWS
+    rows (a prefill step) nor in fp32. The CUDA ops know which module is the head."""
+    triton_gemm = pytest.importorskip("engine.kernels.triton_gemm")
+    from engine.kernels.cuda_ops import CudaOps
+
+    x = torch.zeros(64, 8, dtype=torch.bfloat16)
+    assert triton_gemm.takes("head", True, x) and not triton_gemm.takes("head", False, x)
+    assert triton_gemm.takes("triton", False, x) and not triton_gemm.takes("torch", True, x)
+    assert not triton_gemm.takes("head", True, torch.zeros(129, 8, dtype=torch.bfloat16))
+    assert not triton_gemm.takes("triton", True, x.float())
+    asked = []
+    monkeypatch.setattr(triton_gemm, "takes", lambda kind, head, x: asked.append(head) or False)
+    ops = CudaOps(tiny, torch.device("cpu"), 4, dense_kernel="head")
+    h = torch.randn(3, tiny.config.hidden_size)
+    ops.linear(tiny.head, h)
+    ops.linear(tiny.model.layers[0].mlp.down_proj, torch.randn(3, tiny.config.intermediate_size))
+    assert asked == [True, False]

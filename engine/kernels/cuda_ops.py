@@ -66,7 +66,8 @@ class CudaOps:
         dense_kernel: str = "torch",
     ):
         self.device = device
-        self.dense_kernel = dense_kernel  # engine.dense_kernel: "torch" or "triton"
+        self.dense_kernel = dense_kernel  # engine.dense_kernel: "torch", "triton" or "head"
+        self.head = getattr(model, "head", None)  # the LM head's module (tied: the embeddings)
         self.gdn_prefill = gdn_prefill
         self.gdn_split = gdn_split  # the split Gated DeltaNet kernel's launch configuration
         self.gdn_split_from = gdn_split_from_tokens  # `auto`: the split kernel from this long
@@ -118,13 +119,10 @@ class CudaOps:
         return slot
 
     # --- ops -----------------------------------------------------------------------------
-    def _dense(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        """x [T, K] @ weight[N, K]^T on `dense_kernel`'s GEMM (torch's past our row bound)."""
-        if (
-            self.dense_kernel == "triton"
-            and x.shape[0] <= triton_gemm.MAX_ROWS
-            and x.dtype in triton_gemm.DTYPES
-        ):
+    def _dense(self, x: torch.Tensor, weight: torch.Tensor, head: bool = False) -> torch.Tensor:
+        """x [T, K] @ weight[N, K]^T on `dense_kernel`'s GEMM (torch's past our row bound);
+        `head`: the product is the LM head's."""
+        if triton_gemm.takes(self.dense_kernel, head, x):
             return triton_gemm.skinny_linear(x, weight)
         return torch.nn.functional.linear(x, weight)
 
@@ -133,7 +131,7 @@ class CudaOps:
         return list(self._dense(x, weight).split(sizes, dim=-1))
 
     def linear(self, layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
-        return self._dense(x, layer.weight)
+        return self._dense(x, layer.weight, head=layer is self.head)
 
     def norm(self, x, norm: RMSNorm, residual=None):
         return triton_norms.rms_norm(x, self.weights[norm], norm.eps, residual)

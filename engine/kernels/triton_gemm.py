@@ -57,6 +57,7 @@ MAX_ROWS = 128  # callers run torch's GEMM above this many rows (prefill steps)
 SMS = 132  # the H200's streaming multiprocessors
 MAX_SPLIT = 8  # partials of at most 8 x M x N fp32 (2 MB at M = 64, N = 1024)
 DTYPES = (torch.bfloat16, torch.float16)
+
 # The dense GEMMs of a decode step, (N, K), as the CUDA ops run them (packed where packed): the
 # shapes the compile test, the GPU tests and benchmarks/bench_gemm.py take.
 SHAPES = {
@@ -82,6 +83,13 @@ class GemmPlan(NamedTuple):
 
     def programs(self, n: int) -> int:
         return triton.cdiv(n, self.block_n) * self.split
+
+
+def takes(dense_kernel: str, head: bool, x: torch.Tensor) -> bool:
+    """Whether `engine.dense_kernel` puts a product of x [T, K] on this kernel: "triton" every
+    one, "head" the LM head's alone, "torch" none; and only up to MAX_ROWS rows in DTYPES."""
+    wanted = dense_kernel == "triton" or (dense_kernel == "head" and head)
+    return wanted and x.shape[0] <= MAX_ROWS and x.dtype in DTYPES
 
 
 def plan(m: int, n: int, k: int, split: int | None = None) -> GemmPlan:
