@@ -131,6 +131,10 @@ ROWS_PER_STEP = "worker.rows_per_step"
 TOKENS_PER_STEP = "worker.tokens_per_step"
 RUNNING_REQUESTS = "worker.running_requests"
 REQUESTS = "worker.requests"
+# Whether the iteration's step ran any prefill rows (1 or 0: the mean is the share of steps
+# with prompt work, which with mixing off hold every decoding row up), and how many.
+PREFILL_STEPS = "worker.prefill_steps"
+PREFILL_ROWS_PER_STEP = "worker.prefill_rows_per_step"
 # Steps staged into a host buffer whose previous copy had not run (engine.double_buffer off
 # with the overlapped loop): each is a step that read another step's inputs.
 STAGING_HAZARDS = "worker.staging_hazards"

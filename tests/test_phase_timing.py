@@ -61,6 +61,9 @@ def test_records_have_the_schema_and_count_the_iterations():
     assert all(b[0] == a[1] + 1 for a, b in zip(windows, windows[1:], strict=False))
     rows = sum(r.sum for r in records if r.name == "worker.rows_per_step")
     assert rows == sum(r.mean_batch * r.iterations for r in totals)
+    prefills = sum(r.sum for r in records if r.name == "worker.prefill_steps")
+    prompt_rows = sum(r.sum for r in records if r.name == "worker.prefill_rows_per_step")
+    assert (prefills, prompt_rows) == (1, 6)  # the six prompts in one step, then decode steps
     adds = [r for r in records if r.name == "worker.msg.add_request"]
     assert sum(r.n for r in adds) == 6
     for stage in ("read_prompt", "engine", "runtime"):

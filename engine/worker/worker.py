@@ -30,6 +30,8 @@ from engine.spans import (
     ITERATION,
     MESSAGE,
     POSTPROCESS_BATCH,
+    PREFILL_ROWS_PER_STEP,
+    PREFILL_STEPS,
     PREMATERIALIZE,
     REMOVE_REQUEST,
     REQUESTS,
@@ -189,6 +191,9 @@ class Worker:
             self.timer.span(ITERATION, t4 - t0)
             self.timer.count(ROWS_PER_STEP, len(rows))
             self.timer.count(TOKENS_PER_STEP, sum(r.num_new for r in rows))
+            prefill = sum(r.walk == "prefill" for r in rows)
+            self.timer.count(PREFILL_STEPS, int(prefill > 0))
+            self.timer.count(PREFILL_ROWS_PER_STEP, prefill)
             self.timer.count(RUNNING_REQUESTS, len(self.engine.scheduler.running))
             self.timer.count(REQUESTS, len(self.engine.requests))
             hazards = self.engine.inputs.hazards
