@@ -121,13 +121,14 @@ class CausalLM(nn.Module):
         return F.linear(normed, self.head.weight).float()
 
     @torch.no_grad()
-    def forward(self, batch: ForwardBatch, cache: KVCache) -> torch.Tensor:
-        """Float32 logits [R, vocab] of each row's last token, the step already planned
-        (`batch.ops.begin_step`). Writes the step's K/V through slot_mapping and updates each
-        row's state slot; a row with num_cached == 0 starts
-        from a zero state, any other row continues from its slot (chunked prefill, decode)."""
+    def forward(self, batch: ForwardBatch, cache: KVCache, float32: bool = True) -> torch.Tensor:
+        """Float32 logits [R, vocab] of each row's last token (`float32=False`: in the model's
+        dtype, as the head computed them), the step already planned (`batch.ops.begin_step`).
+        Writes the step's K/V through slot_mapping and updates each row's state slot; a row
+        with num_cached == 0 starts from a zero state, any other row continues from its slot
+        (chunked prefill, decode)."""
         x, residual = self.hidden_states(batch, cache)
-        return self.logits_at(x, residual, batch.last_token_index, batch.ops)
+        return self.logits_at(x, residual, batch.last_token_index, batch.ops, float32)
 
     def hidden_states(self, batch: ForwardBatch, cache: KVCache):
         """Every token's last-layer output and the residual stream beside it, [T, hidden]
@@ -138,10 +139,12 @@ class CausalLM(nn.Module):
             x, residual = layer(x, residual, cos, sin, batch, cache)
         return x, residual
 
-    def logits_at(self, x, residual, rows: torch.Tensor, ops) -> torch.Tensor:
-        """Float32 logits of the tokens at `rows` (each row's last token)."""
+    def logits_at(self, x, residual, rows: torch.Tensor, ops, float32: bool = True):
+        """Float32 logits of the tokens at `rows` (each row's last token); `float32=False`: in
+        the model's dtype."""
         hidden, _ = ops.norm(x[rows], self.model.norm, residual[rows])
-        return ops.linear(self.head, hidden).float()
+        logits = ops.linear(self.head, hidden)
+        return logits.float() if float32 else logits
 
     @torch.no_grad()
     def forward_full(self, input_ids: torch.Tensor) -> torch.Tensor:

@@ -136,9 +136,10 @@ class Engine:
         self.graphs = self.piecewise = None
         capturable = self.ops.attention_backend is not None  # the CUDA kernels, bf16/fp16
         if config.cuda_graphs and capturable:
-            self.graphs = DecodeGraphs(
-                model, self.cache, self.ops, self.inputs, config.max_rows, max_pages
-            )
+            self.graphs = DecodeGraphs(  # a masked node samples its window: no full argmax
+                model, self.cache, self.ops, self.inputs, config.max_rows, max_pages,
+                greedy=logit_mask is None,
+            )  # fmt: skip
         if config.piecewise_graphs and capturable:
             self.piecewise = PiecewiseGraphs(
                 model, self.cache, self.ops, self.inputs, config.max_tokens_per_step
@@ -186,7 +187,8 @@ class Engine:
         feed_index = feed.feed_index() if feed is not None else None
         if self.graphs is not None and all(r.walk == "decode" for r in rows):
             step = self.graphs.replay(rows, feed_from, feed_index)
-            logits, greedy = step.logits[: len(rows)], step.tokens[: len(rows)]
+            logits = step.logits[: len(rows)]
+            greedy = step.tokens[: len(rows)] if step.tokens is not None else None
         elif self.piecewise is not None:
             logits = self.piecewise.run(rows, feed_from, feed_index)
         else:
@@ -215,7 +217,9 @@ class Engine:
         offsets = None
         if self.logit_mask is not None:
             logits, offsets = window_logits(logits, *self.logit_mask(np.array(output_index)))
-        tokens, logprobs = self.ops.sample(logits, params, output_index)
+        # A decode graph's logits are the model's dtype (widened here, past the mask's window:
+        # the sampler's math is fp32); any other step's are fp32 already (float() is a no-op).
+        tokens, logprobs = self.ops.sample(logits.float(), params, output_index)
         if offsets is not None:  # an index into the window -> the token id
             tokens = tokens + offsets
         want_logprobs = any(p.logprobs for p in params)

@@ -53,13 +53,22 @@ def buckets_up_to(max_rows: int) -> list[int]:
 @dataclass
 class CapturedStep:
     graph: torch.cuda.CUDAGraph
-    logits: torch.Tensor  # [bucket, vocab] fp32, the graph's output buffer
-    tokens: torch.Tensor  # [bucket] int64, the greedy choice of each row
+    # [bucket, vocab] in the model's dtype, the graph's output buffer: the greedy choice needs
+    # no fp32 copy (a bf16 value and its fp32 widening order alike, so their argmax is one),
+    # and a sampled step widens only its own rows (Engine.launch)
+    logits: torch.Tensor
+    tokens: torch.Tensor | None  # [bucket] int64, each row's greedy choice (if captured)
 
 
 class DecodeGraphs:
-    def __init__(self, model, cache, ops, inputs, max_rows: int, max_pages_per_row: int):
+    def __init__(
+        self, model, cache, ops, inputs, max_rows: int, max_pages_per_row: int,
+        greedy: bool = True,
+    ):  # fmt: skip
+        """`greedy`: capture each row's argmax over the vocabulary too (a node with a logit
+        mask samples its window instead, so its graphs leave that reduction out)."""
         self.model, self.cache, self.ops, self.inputs = model, cache, ops, inputs
+        self.greedy = greedy
         self.buckets = buckets_up_to(max_rows)
         self.steps: dict[tuple[int, int], CapturedStep] = {}  # (bucket, slot) -> graph
         start = time.perf_counter()
@@ -91,12 +100,12 @@ class DecodeGraphs:
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):  # warm up off the default stream, as capture needs
             for _ in range(2):
-                self.model(batch, self.cache)
+                self.model(batch, self.cache, float32=False)
         torch.cuda.current_stream().wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=pool):
-            logits = self.model(batch, self.cache)
-            tokens = logits.argmax(-1)
+            logits = self.model(batch, self.cache, float32=False)
+            tokens = logits.argmax(-1) if self.greedy else None
         return slot, CapturedStep(graph, logits, tokens)
 
     def replay(self, rows, fed=None, feed_index=None) -> CapturedStep:
