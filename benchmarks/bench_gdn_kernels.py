@@ -5,10 +5,12 @@ the split kernel's launch configurations (docs/KERNELS.md, "Tuning the split ker
     python -m benchmarks.bench_gdn_kernels --profile          (+ the per-kernel split)
     python -m benchmarks.bench_gdn_kernels --sweep            (SplitConfig's sweep, captured form)
     python -m benchmarks.bench_gdn_kernels --sweep "fixed_states_rows=4" "chunk=64,prepare_warps=8"
+    python -m benchmarks.bench_gdn_kernels --recurrent        (the recurrence's launches, decode)
     python -m benchmarks.bench_gdn_kernels --device cpu --size tiny --shapes 2d+1x40   (interpreter)
 
 A shape `RxL` is R new rows (prompts, nothing cached) of L tokens; `Nd+RxL` puts N decode rows
-(one token each, a state cached) ahead of them, as a mixed step does. The layer is one Gated
+(one token each, a state cached) ahead of them, as a mixed step does; `Nd` alone is a decode
+step (the recurrence only). The layer is one Gated
 DeltaNet of the model size's shapes with the model's seeded random weights; its projections
 of random hidden states and its conv (run once, not timed) give q, k, v and the gates' a and b
 as a step gives them. Each path runs the engine's own op, `CudaOps.delta_rule` (what
@@ -74,12 +76,19 @@ class Shape:
 
     @classmethod
     def parse(cls, text: str) -> Shape:
+        decode = re.fullmatch(r"(\d+)d", text)
+        if decode and int(decode[1]):
+            return cls(int(decode[1]), 0, 0)
         match = re.fullmatch(r"(?:(\d+)d\+)?(\d+)x(\d+)", text)
         if not match or not int(match[2]) or not int(match[3]):
-            raise ValueError(f"a shape is RxL or Nd+RxL (e.g. 4x256, 64d+1x384), got {text!r}")
+            raise ValueError(
+                f"a shape is RxL, Nd+RxL or Nd (e.g. 4x256, 64d+1x384, 64d), got {text!r}"
+            )
         return cls(int(match[1] or 0), int(match[2]), int(match[3]))
 
     def __str__(self) -> str:
+        if not self.rows:
+            return f"{self.decode}d"
         prefix = f"{self.decode}d+" if self.decode else ""
         return f"{prefix}{self.rows}x{self.length}"
 
@@ -311,6 +320,48 @@ def run_sweep(
     return samples
 
 
+# The recurrence's launches --recurrent tries by default: value columns x warps a program.
+RECURRENT_SWEEP = tuple((bv, warps) for bv in (16, 32, 64, 128) for warps in (1, 2, 4, 8))
+RECURRENT_SHAPES = ("64d", "128d")  # decode steps at the c=64 and c=128 loads
+
+
+def parse_recurrent(text: str) -> tuple[int, int]:
+    """`BV:WARPS` (e.g. 64:8): the recurrence's value columns and warps a program."""
+    match = re.fullmatch(r"(\d+):(\d+)", text)
+    if not match or int(match[1]) not in (16, 32, 64, 128) or int(match[2]) not in (1, 2, 4, 8):
+        raise argparse.ArgumentTypeError(
+            f"a recurrent launch is BV:WARPS, BV of 16/32/64/128 and WARPS of 1/2/4/8, got {text!r}"
+        )
+    return int(match[1]), int(match[2])
+
+
+def run_recurrent(
+    bench: Bench, launches: list[tuple[int, int]], show: Callable[[Sample], None]
+) -> list[Sample]:
+    """Every recurrent launch on every decode shape (path `triton`: a decode step's op), each
+    against the engine's launch (triton_gdn.RECURRENT_BV / RECURRENT_WARPS, measured first);
+    the module's launch restored after."""
+    from engine.kernels import triton_gdn
+
+    args, samples = bench.args, []
+    default = (triton_gdn.RECURRENT_BV, triton_gdn.RECURRENT_WARPS)
+    state_dtype = args.state_dtypes[0]
+    try:
+        for shape in args.recurrent_shapes:
+            want = None
+            for bv, warps in [default, *(x for x in launches if x != default)]:
+                triton_gdn.RECURRENT_BV, triton_gdn.RECURRENT_WARPS = bv, warps
+                label = f"recurrent bv={bv},warps={warps}"
+                sample = Sample(str(shape), "triton", state_dtype, label, "recurrent")
+                out = measure(bench, sample, SPLIT_DEFAULT, want)
+                want = out if want is None else want
+                samples.append(sample)
+                show(sample)
+    finally:
+        triton_gdn.RECURRENT_BV, triton_gdn.RECURRENT_WARPS = default
+    return samples
+
+
 def _fla_importable() -> bool:
     try:
         import fla.ops.gated_delta_rule  # noqa: F401
@@ -429,6 +480,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--sweep", nargs="*", default=None, metavar="CONFIG", help="SplitConfig's or these"
     )
     parser.add_argument("--sweep-path", default="captured", choices=["captured", "triton_split"])
+    parser.add_argument(
+        "--recurrent",
+        nargs="*",
+        type=parse_recurrent,
+        default=None,
+        metavar="BV:WARPS",
+        help="the recurrence's launches on decode steps (none given: a 4 x 4 sweep)",
+    )
+    parser.add_argument("--recurrent-shapes", nargs="+", type=Shape.parse,
+                        default=[Shape.parse(s) for s in RECURRENT_SHAPES])  # fmt: skip
     scenario = load_scenario("qwen35", "0.8b").engine
     parser.add_argument("--max-rows", type=int, default=scenario.max_rows)
     parser.add_argument("--max-tokens", type=int, default=scenario.max_tokens_per_step)
@@ -441,8 +502,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.sweep = split_sweep() if not args.sweep else [
             SPLIT_DEFAULT, *(parse_split_config(text) for text in args.sweep)
         ]  # fmt: skip
-    longest = max(sum(s.num_new) for s in args.shapes)
-    if longest > args.max_tokens or max(len(s.num_new) for s in args.shapes) > args.max_rows:
+    if args.recurrent is not None and not args.recurrent:
+        args.recurrent = list(RECURRENT_SWEEP)
+    shapes = [*args.shapes, *args.recurrent_shapes]
+    longest = max(sum(s.num_new) for s in shapes)
+    if longest > args.max_tokens or max(len(s.num_new) for s in shapes) > args.max_rows:
         parser.error(f"a shape exceeds --max-tokens {args.max_tokens} or --max-rows "
                      f"{args.max_rows}: raise them or drop the shape")  # fmt: skip
     return args
@@ -475,6 +539,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.sweep:
         print(header(f"{head}: split configs on {args.sweep_path}"))
         render_best(run_sweep(bench, args.sweep, show))
+    if args.recurrent:
+        print(header(f"{head}: the recurrence's launches (decode steps)"))
+        run_recurrent(bench, args.recurrent, show)
     if records:
         records.close()
 

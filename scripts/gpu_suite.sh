@@ -2,7 +2,7 @@
 # Every GPU test and benchmark of the project, for one `device` run (see docs/BENCHMARKS.md):
 #   bash scripts/gpu_suite.sh STAGE...  STAGE: tests | quick | step | prefill | options | mixed |
 #   splitstep | splittune | stacks | accuracy | gdn | gdncap | gdnbench | run | evidence | orpheus |
-#   orpheus_step | codec | codec_overlap | codec_kernels | gemm | launch | all
+#   orpheus_step | codec | codec_overlap | codec_kernels | gemm | launch | recurrent | all
 # with carry [".whl", ".jitcache"]. Logs go under $OUT (default ./gpu-out). JIT caches
 # (FlashInfer, Triton) are restored from .jitcache/ when present and saved to $OUT/jit-*.
 set -uo pipefail
@@ -272,6 +272,10 @@ for stage in "${stages[@]}"; do
       [ $left -gt 60 ] && timeout $left python3 -m pytest -m gpu -q -rA -s \
         tests/test_gpu_kernels.py tests/test_gpu.py -k "skinny or dense_kernel" 2>&1 \
         | tail -n 40 | tee "$OUT/gemm_tests.log" ;;
+    recurrent)  # the recurrence's launch (value columns x warps a program) on decode steps of
+      # 64 and 128 rows, one layer call (a decode step's largest kernel: 39.6 us a layer)
+      timeout 150 python3 -m benchmarks.bench_gdn_kernels --paths --state-dtypes float32 \
+        --recurrent --json "$OUT/gdn_recurrent.jsonl" 2>&1 | tee "$OUT/gdn_recurrent.log" ;;
     launch)  # what one launch costs the host (torch op, cuBLAS GEMM, Triton JIT and bound
       # runner, our wrappers): the eager step's host time divided among its launches
       timeout 60 python3 -m benchmarks.bench_launch 2>&1 | tee "$OUT/bench_launch.log" ;;

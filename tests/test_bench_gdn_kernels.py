@@ -1,11 +1,13 @@
 """benchmarks/bench_gdn_kernels.py: its shapes and its analysis (pure functions) on synthetic
 samples with known answers, and a smoke run on the CPU in Triton's interpreter (every path
-but fla, and a sweep of one config beside the default), whose paths agree.
+but fla, a sweep of one config beside the default, and one launch of the recurrence beside
+the engine's), whose paths agree.
 
 The smoke run needs the `triton` package (skips where it is missing, as in CI)."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -19,6 +21,7 @@ from benchmarks.bench_gdn_kernels import (
     Shape,
     axis_winners,
     best_per_shape,
+    parse_recurrent,
     summarise,
 )
 from engine.kernels.gdn_config import SPLIT_DEFAULT, SplitConfig
@@ -29,9 +32,18 @@ def test_shapes_parse_and_print():
     mixed = Shape.parse("64d+1x384")
     assert mixed == Shape(64, 1, 384) and str(mixed) == "64d+1x384"
     assert mixed.num_new == [1] * 64 + [384]
-    for bad in ("384", "1x0", "d+1x8", "2x3x4"):
+    decode = Shape.parse("64d")  # a decode step: the recurrence alone
+    assert decode == Shape(64, 0, 0) and str(decode) == "64d" and decode.num_new == [1] * 64
+    for bad in ("384", "1x0", "d+1x8", "2x3x4", "0d"):
         with pytest.raises(ValueError, match="RxL"):
             Shape.parse(bad)
+
+
+def test_recurrent_launches_parse_and_bad_ones_are_refused():
+    assert parse_recurrent("64:8") == (64, 8)
+    for bad in ("64", "48:4", "32:3", "32:4:1"):
+        with pytest.raises(argparse.ArgumentTypeError, match="BV:WARPS"):
+            parse_recurrent(bad)
 
 
 def _sample(split: SplitConfig, times: list[float], shape: str = "1x384", **kw) -> Sample:
@@ -86,7 +98,7 @@ def test_the_benchmark_runs_in_the_interpreter(tmp_path):
          "captured", "--state-dtypes", "float32", "--warmup", "0", "--repeats", "1",
          "--max-rows", "4", "--max-tokens", "64",
          "--sweep", "fixed_states_rows=1,fixed_chunks=1,scores_in_prepare=true",
-         "--json", str(out)],
+         "--recurrent", "16:2", "--recurrent-shapes", "3d", "--json", str(out)],
         env={**os.environ, "PYTHONPATH": path}, capture_output=True, text=True, timeout=120,
         cwd=root,
     )  # fmt: skip
@@ -103,6 +115,14 @@ def test_the_benchmark_runs_in_the_interpreter(tmp_path):
     sweep = [s for s in samples if s["kind"] == "sweep"]
     assert [s["split"] for s in sweep] == [
         "default",
-        "fixed_states_rows=1,fixed_chunks=1,scores_in_prepare=True",
+        "fixed_states_rows=1,fixed_chunks=1",  # scores_in_prepare: the default's already
     ]
     assert sweep[1]["error"] is None and sweep[1]["err"] < 1e-2
+    # the recurrence's launches on a decode step: the engine's first, then the one asked for,
+    # the same outputs (each program's columns are its own: no sum is reordered)
+    recurrent = [s for s in samples if s["kind"] == "recurrent"]
+    assert [(s["shape"], s["split"]) for s in recurrent] == [
+        ("3d", "recurrent bv=32,warps=4"),
+        ("3d", "recurrent bv=16,warps=2"),
+    ]
+    assert recurrent[1]["error"] is None and recurrent[1]["err"] == 0.0

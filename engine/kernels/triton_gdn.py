@@ -259,6 +259,13 @@ def _recurrent_row(
     tl.store(sptr, state.to(STATE.dtype.element_ty), mask=vmask[None, :])
 
 
+# The recurrence's launch (a decode step's Gated DeltaNet, the leading one-token rows of a
+# mixed step): value columns a program and warps a program. benchmarks/bench_gdn_kernels.py
+# --recurrent times others (session 8's decode profile: 39.6 us a layer at batch 64, 72% of
+# the H200's bandwidth for its fp32 state).
+RECURRENT_BV, RECURRENT_WARPS = 32, 4
+
+
 def gated_delta_recurrent(
     qkv, a, b, A_log, dt_bias, ssm_state, meta, k_heads, k_dim, v_dim,
     row0: int = 0, rows: int | None = None, out: torch.Tensor | None = None,
@@ -269,7 +276,7 @@ def gated_delta_recurrent(
     `out` where given (the other rows' tokens are left as they are)."""
     return _launch(
         _gdn_recurrent_kernel, qkv, a, b, A_log, dt_bias, ssm_state, meta, k_heads, k_dim, v_dim,
-        row0, rows, out, PERSISTENT=False,
+        row0, rows, out, bv=RECURRENT_BV, num_warps=RECURRENT_WARPS, PERSISTENT=False,
     )  # fmt: skip
 
 
@@ -281,20 +288,21 @@ def _output(qkv, v_heads: int, v_dim: int, out: torch.Tensor | None) -> torch.Te
 
 def _launch(
     kernel, qkv, a, b, A_log, dt_bias, ssm_state, meta, k_heads, k_dim, v_dim,
-    row0: int, rows: int | None, out: torch.Tensor | None, row_range=None, **const,
+    row0: int, rows: int | None, out: torch.Tensor | None, row_range=None, bv: int = 32,
+    num_warps: int = 4, **const,
 ):  # fmt: skip
-    """One launch of a Gated DeltaNet kernel: a program per (row, value head, value block) for
-    `rows` rows from `row0`; with `row_range` (a device [first, end) pair), `rows` programs
-    for the rows from `first`, those past `end` exiting (a fixed grid)."""
+    """One launch of a Gated DeltaNet kernel: a program per (row, value head, value block of
+    `bv` columns) for `rows` rows from `row0`; with `row_range` (a device [first, end) pair),
+    `rows` programs for the rows from `first`, those past `end` exiting (a fixed grid)."""
     v_heads = a.shape[1]
     out = _output(qkv, v_heads, v_dim, out)
     rows = meta.num_rows - row0 if rows is None else rows
-    bv = min(32, triton.next_power_of_2(v_dim))
+    bv = min(bv, triton.next_power_of_2(v_dim))
     if qkv.shape[0] and rows:
         kernel[(rows, v_heads, triton.cdiv(v_dim, bv))](
             qkv, a, b, A_log, dt_bias, ssm_state, out, meta.cu_seqlens, meta.cached,
             meta.state_slots, row0, row_range, qkv.stride(0), a.stride(0), k_heads, v_heads,
-            k_dim**-0.5, DK=k_dim, DV=v_dim, BV=bv, **const,
+            k_dim**-0.5, DK=k_dim, DV=v_dim, BV=bv, num_warps=num_warps, **const,
         )  # fmt: skip
     return out
 
@@ -795,7 +803,7 @@ def gated_delta_fixed_grid(
     _launch(
         _gdn_recurrent_kernel, qkv, a, b, A_log, dt_bias, ssm_state, meta, k_heads, k_dim,
         v_dim, 0, rows if cap is None else min(rows, cap), out, row_range=counts,
-        PERSISTENT=cap is not None,
+        bv=RECURRENT_BV, num_warps=RECURRENT_WARPS, PERSISTENT=cap is not None,
     )  # fmt: skip
     chunks = (max_chunks(tokens, rows, staged.chunk), staged.chunk_row, staged.chunk_start,
               staged.first_chunk, counts[3:])  # fmt: skip
