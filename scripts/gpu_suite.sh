@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every GPU test and benchmark of the project, for one `device` run (see docs/BENCHMARKS.md):
-#   bash scripts/gpu_suite.sh STAGE...  STAGE: tests | quick | step | prefill | options | mixed |
+#   bash scripts/gpu_suite.sh STAGE...  STAGE: tests | models | quick | step | prefill | options | mixed |
 #   splitstep | splittune | stacks | accuracy | gdn | gdncap | gdnbench | run | evidence | orpheus |
 #   orpheus_step | codec | codec_overlap | codec_kernels | gemm | launch | recurrent | all
 # with carry [".whl", ".jitcache"]. Logs go under $OUT (default ./gpu-out). JIT caches
@@ -20,14 +20,16 @@ if ls .jitcache/jit-* >/dev/null 2>&1 && [ ! -e /tmp/fi/.restored ]; then
 fi
 nvidia-smi --query-gpu=name,memory.used,memory.total,clocks.sm --format=csv > "$OUT/gpu.txt"
 stages=("$@")
-[ "${stages[*]}" = "all" ] && stages=(tests step run)
+[ "${stages[*]}" = "all" ] && stages=(tests models step run)
 for stage in "${stages[@]}"; do
   case $stage in
-    tests)  # every GPU test (~8-9 minutes warm: a call of its own); -v names each result as
-      # it comes, so a run cut by the guard still says what passed (session 8's 420 s cut it)
-      timeout 570 python3 -m pytest -m gpu -v -rA tests/test_gpu_double_buffer.py \
-        tests/test_gpu_kernels.py tests/test_gpu.py 2>&1 | grep -E "PASSED|FAILED|ERROR|SKIPPED|passed|failed|Error" \
-        | tee "$OUT/gpu_tests.log" ;;
+    tests|models)  # the GPU tests, in two calls' worth (session 8: all of them outran 420 s):
+      # `tests` the kernels and the double buffer, `models` the engines (tests/test_gpu.py);
+      # -v names each result as it comes, so a run cut by its guard still says what passed
+      files=(tests/test_gpu_double_buffer.py tests/test_gpu_kernels.py)
+      [ "$stage" = models ] && files=(tests/test_gpu.py)
+      timeout 500 python3 -m pytest -m gpu -v -rA "${files[@]}" 2>&1 \
+        | grep -E "PASSED|FAILED|ERROR|SKIPPED|passed|failed|Error" | tee -a "$OUT/gpu_tests.log" ;;
     quick)  # the loop, graphs, buffers and sampler, without the slow 0.8b model comparisons
       # (the 0.8b piecewise replay test, off and on for engine.piecewise_gdn: stage gdncap)
       timeout 560 python3 -m pytest -m gpu -q -rA tests/test_gpu_double_buffer.py \
