@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from engine.config import ConfigError, load_scenario, parse_overrides
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_default_size_follows_the_machine():
@@ -60,3 +66,17 @@ def test_overrides_are_typed():
 def test_bad_scenarios_and_overrides_are_clear_errors(name, size, overrides, message):
     with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("(", r"\(")):
         load_scenario(name, size, parse_overrides(overrides))
+
+
+def test_the_api_server_reads_a_scenario_without_importing_torch():
+    """The API server process (and `bench`) read scenarios; torch's import (over a second on
+    2 cores) is the worker's alone. engine.config parses engine.gdn_split with
+    engine.kernels.gdn_config, so the kernels package imports without torch."""
+    code = (
+        "import sys; from engine.config import load_scenario; import engine.serve; "
+        "load_scenario('qwen35', 'tiny'); load_scenario('orpheus', 'tiny'); "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"

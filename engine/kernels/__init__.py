@@ -9,12 +9,15 @@ FlashInfer's paged attention and sampling. The engine picks one by name
 
 from __future__ import annotations
 
-import torch
-from torch import nn
+from typing import TYPE_CHECKING
 
 from engine.config import ConfigError, check_dense_kernel, split_setting
 from engine.kernels.gdn_config import SPLIT_FROM_TOKENS
-from engine.kernels.torch_ops import TORCH_OPS
+
+if TYPE_CHECKING:  # torch is not imported here: engine.config reads gdn_config, this package's
+    # module, for every scenario, and the API server and `bench` would pay torch's import
+    import torch
+    from torch import nn
 
 BACKENDS = ("auto", "torch", "cuda")
 # The Gated DeltaNet kernel of prefill and mixed steps (engine.gdn_prefill)
@@ -59,6 +62,8 @@ def build_ops(
     split = split_setting(gdn_split)
     check_dense_kernel(dense_kernel)
     if resolve_backend(name, device) == "torch":
+        from engine.kernels.torch_ops import TORCH_OPS
+
         return TORCH_OPS
     from engine.kernels.cuda_ops import CudaOps  # imports triton: only where CUDA runs
 
