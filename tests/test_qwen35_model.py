@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -16,6 +19,8 @@ from engine.kernels import build_ops
 from engine.kernels.torch_ops import TORCH_OPS, TorchOps
 from engine.models import build_model
 from engine.models.qwen35 import PRESETS, CheckpointError, Qwen35ForCausalLM
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
@@ -180,6 +185,21 @@ def test_seeded_init_is_reproducible():
         if pa.std() > 0:  # norms and gates start at constants; random tensors differ by seed
             assert not torch.equal(pa, pc), name
     assert 1e6 < a.num_parameters() < 1e7
+
+
+def test_building_the_models_does_not_import_torch_dynamo():
+    """The meta-device build skips the modules' initialisers: nn.Embedding's normal_ on the
+    meta device imported torch._dynamo, a second of every worker's start on 2 cores."""
+    code = (
+        "import sys; from engine.models import build_model, build_streams; "
+        "build_model('qwen35', 'tiny', 0, 'float32', 'cpu'); "
+        "build_model('orpheus', 'tiny', 0, 'float32', 'cpu'); "
+        "build_streams('orpheus', 'tiny', 0, 'float32', 'cpu', 'torch'); "
+        "print('torch._dynamo' in sys.modules)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "False"
 
 
 def test_08b_shapes_keep_activations_finite():

@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 import torch
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
 # Residual writes (o_proj, out_proj, down_proj) at gain / sqrt(2 * layers) of fan-in scale:
 # with gain 1 the embedding dominates the residual stream and a random model, whose LM head is
@@ -43,12 +44,29 @@ def decoder_weight(
     return torch.randn(shape, generator=gen) * std
 
 
+class _SkipInit(TorchFunctionMode):
+    """The modules' own initialisers (torch.nn.init) do nothing: on the meta device their values
+    are discarded anyway, and nn.Embedding's `normal_` has no meta kernel, so torch runs its
+    Python reference, whose first call imports torch._dynamo (a second of every worker's start
+    on 2 cores)."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if getattr(func, "__module__", None) == "torch.nn.init":
+            return args[0] if args else kwargs["tensor"]  # each initialiser's first argument
+        return func(*args, **kwargs)
+
+
+def on_meta(build: Callable[[], nn.Module]) -> nn.Module:
+    """`build()`'s module on the meta device (shapes, no storage), its initialisers skipped."""
+    with torch.device("meta"), _SkipInit():
+        return build()
+
+
 def empty_model(build: Callable[[], nn.Module], dtype: torch.dtype, device) -> nn.Module:
     """`build()`'s module allocated on `device` but unfilled, in eval mode. Built on the meta
     device first: that skips torch's default init of billions of weights."""
-    with torch.device("meta"):
-        model = build()
-    return model.to(dtype=dtype).to_empty(device=device).eval()
+    return on_meta(build).to(dtype=dtype).to_empty(device=device).eval()
 
 
 def random_model(

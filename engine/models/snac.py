@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from engine.config import ConfigError
-from engine.models.random_weights import random_model, seeded
+from engine.models.random_weights import on_meta, random_model, seeded
 
 # engine.codec_kernels: the torch reference; each Snake one Triton kernel; and each residual
 # unit's Snake -> depthwise conv -> Snake one kernel too. CUDA tensors only.
@@ -236,8 +236,7 @@ class SnacDecoder(nn.Module):
         cls, config: SnacConfig, seed: int, dtype: torch.dtype, device, kernels: str = "torch"
     ) -> SnacDecoder:
         """Seeded random weights (`_random_weight`): the same for every `kernels`."""
-        with torch.device("meta"):
-            probe = cls(config)
+        probe = on_meta(lambda: cls(config))
         transposed = {
             f"{name}.weight"
             for name, module in probe.named_modules()
