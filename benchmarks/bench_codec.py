@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from benchmarks import stats
+from benchmarks.options import positive_int
 from engine.models import build_streams
 from engine.models.orpheus import CODEBOOK, WINDOW_TOKENS, audio_token_low
 from engine.models.snac import CODEC_KERNELS
@@ -171,8 +172,8 @@ def main(argv: list[str] | None = None) -> None:
         "--kernels", nargs="+", choices=CODEC_KERNELS, default=None,
         help="engine.codec_kernels settings to time (default: all on CUDA, torch on a CPU)",
     )  # fmt: skip
-    parser.add_argument("--windows", type=int, nargs="+", default=[1, 8, 16, 32, 64])
-    parser.add_argument("--repeats", type=int, default=50)
+    parser.add_argument("--windows", type=positive_int, nargs="+", default=[1, 8, 16, 32, 64])
+    parser.add_argument("--repeats", type=positive_int, default=50)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--profile", default=None, help="write profiler tables here")
     args = parser.parse_args(argv)

@@ -49,6 +49,7 @@ from types import SimpleNamespace
 import torch
 
 from benchmarks import stats
+from benchmarks.options import positive_int
 from engine.config import load_scenario
 from engine.kernels.gdn_config import (
     SPLIT_DEFAULT,
@@ -491,10 +492,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--recurrent-shapes", nargs="+", type=Shape.parse,
                         default=[Shape.parse(s) for s in RECURRENT_SHAPES])  # fmt: skip
     scenario = load_scenario("qwen35", "0.8b").engine
-    parser.add_argument("--max-rows", type=int, default=scenario.max_rows)
-    parser.add_argument("--max-tokens", type=int, default=scenario.max_tokens_per_step)
+    parser.add_argument("--max-rows", type=positive_int, default=scenario.max_rows)
+    parser.add_argument("--max-tokens", type=positive_int, default=scenario.max_tokens_per_step)
     parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--repeats", type=positive_int, default=30)
     parser.add_argument("--profile", action="store_true", help="per-kernel device time (CUDA)")
     parser.add_argument("--json", default=None, help="write the raw samples here (JSON lines)")
     args = parser.parse_args(argv)

@@ -22,6 +22,7 @@ from functools import partial
 import torch
 
 from benchmarks import stats
+from benchmarks.options import positive_int
 
 
 @dataclass(frozen=True)
@@ -96,17 +97,23 @@ def render(timing: GemmTiming) -> str:
     )
 
 
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The options, read without triton (a bad count is refused on any machine)."""
+    parser = argparse.ArgumentParser(prog="benchmarks.bench_gemm")
+    parser.add_argument("--model", nargs="*", default=None, help="default: triton_gemm.SHAPES'")
+    parser.add_argument("--rows", type=positive_int, nargs="*", default=[1, 16, 32, 64, 128])
+    parser.add_argument("--repeats", type=positive_int, default=50)
+    parser.add_argument("--split", type=positive_int, default=None, help="force our K split")
+    parser.add_argument("--json", default=None, help="append one JSON line a timing here")
+    return parser.parse_args(argv)
+
+
 def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
     from engine.kernels import triton_gemm
 
-    parser = argparse.ArgumentParser(prog="benchmarks.bench_gemm")
-    parser.add_argument("--model", nargs="*", default=list(triton_gemm.SHAPES))
-    parser.add_argument("--rows", type=int, nargs="*", default=[1, 16, 32, 64, 128])
-    parser.add_argument("--repeats", type=int, default=50)
-    parser.add_argument("--split", type=int, default=None, help="force our kernel's K split")
-    parser.add_argument("--json", default=None, help="append one JSON line a timing here")
-    args = parser.parse_args(argv)
-    timings = measure(args.model, args.rows, args.repeats, args.split)
+    models = list(triton_gemm.SHAPES) if args.model is None else args.model
+    timings = measure(models, args.rows, args.repeats, args.split)
     if args.json:
         with open(args.json, "a") as out:
             for timing in timings:

@@ -35,6 +35,7 @@ import numpy as np
 import torch
 
 from benchmarks import device_streams, stats
+from benchmarks.options import positive_int
 from engine.config import DENSE_KERNELS, Scenario, load_scenario
 from engine.kernels import GDN_PREFILL
 from engine.messages import AddRequest
@@ -92,9 +93,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="benchmarks.bench_gpu_step")
     parser.add_argument("--scenario", default="qwen35", choices=["qwen35", "orpheus"])
     parser.add_argument("--size", default=None, help="default: the scenario's for this machine")
-    parser.add_argument("--batch", type=int, default=64)
-    parser.add_argument("--context", type=int, default=512)
-    parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--batch", type=positive_int, default=64)
+    parser.add_argument("--context", type=positive_int, default=512)
+    parser.add_argument("--steps", type=positive_int, default=100)
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--kernels", default="cuda", choices=["cuda", "torch", "auto"])
     parser.add_argument("--graphs", action=argparse.BooleanOptionalAction, default=False)

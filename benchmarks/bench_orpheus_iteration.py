@@ -39,6 +39,7 @@ import torch
 
 from benchmarks import device_streams, stats
 from benchmarks.bench_gpu_step import prompt_ids
+from benchmarks.options import positive_int
 from engine.config import load_scenario
 from engine.messages import AddRequest, StepFrames, encode
 from engine.models import architecture
@@ -257,17 +258,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", default=None, help="default: the scenario's for this machine")
     parser.add_argument("--device", default=None, help="default: the size's")
     parser.add_argument("--loop", default="both", choices=list(LOOPS))
-    parser.add_argument("--requests", type=int, default=64)
+    parser.add_argument("--requests", type=positive_int, default=64)
     parser.add_argument("--prompt", type=int, default=256, help="tokens, markers included")
     parser.add_argument(  # the last group's first window comes 28 tokens after its prefill
         "--warmup", type=int, default=WINDOW_TOKENS + FRAME_TOKENS
     )
-    parser.add_argument("--iterations", type=int, default=100)
+    parser.add_argument("--iterations", type=positive_int, default=100)
     parser.add_argument("--codec-graphs", action=argparse.BooleanOptionalAction, default=None)
     parser.add_argument("--codec-overlap", action=argparse.BooleanOptionalAction, default=None)
     parser.add_argument("--profile", default=None, help="write the profile tables here")
     parser.add_argument(  # one frame's worth: the codec's windows come in a 7-iteration cycle
-        "--profile-iterations", type=int, default=FRAME_TOKENS
+        "--profile-iterations", type=positive_int, default=FRAME_TOKENS
     )
     args = parser.parse_args(argv)
     size = args.size or load_scenario("orpheus").size

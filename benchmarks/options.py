@@ -1,0 +1,18 @@
+"""The micro-benchmarks' shared command-line option types (argparse)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def positive_int(text: str) -> int:
+    """A count that must be at least 1: samples to time (none give no summary to print, and
+    the benchmark would fail after its set-up), rows, windows. argparse prints the message
+    on one line after the usage and exits 2."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value

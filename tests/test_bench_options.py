@@ -1,0 +1,43 @@
+"""The micro-benchmarks refuse a count below 1 when they read their options (a one-line
+error, exit 2), before any model, kernel or GPU: `--steps 0` used to run the whole set-up and
+then fail on the summary of no samples (AttributeError)."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from benchmarks import (
+    bench_codec,
+    bench_gdn_kernels,
+    bench_gemm,
+    bench_gpu_step,
+    bench_orpheus_iteration,
+)
+from benchmarks.options import positive_int
+
+
+def test_positive_int_takes_whole_numbers_from_one():
+    assert positive_int("1") == 1 and positive_int("30") == 30
+    for text, says in (("0", "got 0"), ("-2", "got -2"), ("3.5", "'3.5'"), ("x", "'x'")):
+        with pytest.raises(argparse.ArgumentTypeError, match=says):
+            positive_int(text)
+
+
+@pytest.mark.parametrize("main,option", [
+    (bench_gpu_step.main, "--steps"),
+    (bench_gpu_step.main, "--batch"),
+    (bench_gdn_kernels.main, "--repeats"),
+    (bench_gemm.main, "--repeats"),
+    (bench_gemm.main, "--rows"),
+    (bench_codec.main, "--repeats"),
+    (bench_codec.main, "--windows"),
+    (bench_orpheus_iteration.main, "--iterations"),
+])  # fmt: skip
+def test_a_count_below_one_is_refused_before_anything_runs(main, option, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main([option, "0"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].endswith(f"error: argument {option}: must be >= 1, got 0"), err
