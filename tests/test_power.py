@@ -178,8 +178,9 @@ def test_tiny_power_run_end_to_end(tmp_path):
     """Two A/A blocks and two planted blocks (half an iteration), a few requests per server:
     the planted postprocess delay is found and the report is written. (One block's interval
     has 2 degrees of freedom, and on cores shared with other engines two A servers'
-    postprocess work differed 3.5-fold: one block could not decide.) About a minute on an
-    idle 2-core machine; longer while other engines share the cores."""
+    postprocess work differed 3.5-fold: one block could not decide.) About 45 s on 2 cores,
+    most of it the 16 servers' start-ups (two configurations of two ABBA blocks, the fewest
+    that decide); longer while other engines share the cores."""
     load = {"concurrency": 2, "blocks": 2, "requests": 6, "warmup": 1}
     plan = PowerPlan(load_scenario("qwen35", "tiny"), **load, levels=(0.5,), draws=200)
     report = measure(plan, tmp_path / "run", lambda status: None)
