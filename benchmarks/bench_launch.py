@@ -28,6 +28,7 @@ import time
 import torch
 
 from benchmarks import stats
+from benchmarks.options import positive_int
 
 
 def _per_call_us(call, calls: int, samples: int) -> stats.Summary:
@@ -46,11 +47,9 @@ def _per_call_us(call, calls: int, samples: int) -> stats.Summary:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="benchmarks.bench_launch")
-    parser.add_argument("--calls", type=int, default=200, help="launches per sample")
-    parser.add_argument("--samples", type=int, default=30)
+    parser.add_argument("--calls", type=positive_int, default=200, help="launches per sample")
+    parser.add_argument("--samples", type=positive_int, default=30)
     args = parser.parse_args(argv)
-    if args.calls < 1 or args.samples < 1:
-        parser.error("--calls and --samples must be at least 1")
     if not torch.cuda.is_available():
         parser.error("needs CUDA")
     import triton

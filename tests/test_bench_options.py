@@ -13,6 +13,7 @@ from benchmarks import (
     bench_gdn_kernels,
     bench_gemm,
     bench_gpu_step,
+    bench_launch,
     bench_orpheus_iteration,
 )
 from benchmarks.options import positive_int
@@ -34,6 +35,7 @@ def test_positive_int_takes_whole_numbers_from_one():
     (bench_codec.main, "--repeats"),
     (bench_codec.main, "--windows"),
     (bench_orpheus_iteration.main, "--iterations"),
+    (bench_launch.main, "--samples"),
 ])  # fmt: skip
 def test_a_count_below_one_is_refused_before_anything_runs(main, option, capsys):
     with pytest.raises(SystemExit) as exit_:
