@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
 from engine.config import ConfigError, load_scenario, parse_overrides
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.fresh_python import fresh_python
 
 
 def test_default_size_follows_the_machine():
@@ -77,6 +72,4 @@ def test_the_api_server_reads_a_scenario_without_importing_torch():
         "load_scenario('qwen35', 'tiny'); load_scenario('orpheus', 'tiny'); "
         "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))"
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "[]"
+    assert fresh_python(code) == "[]"

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -19,8 +16,7 @@ from engine.kernels import build_ops
 from engine.kernels.torch_ops import TORCH_OPS, TorchOps
 from engine.models import build_model
 from engine.models.qwen35 import PRESETS, CheckpointError, Qwen35ForCausalLM
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.fresh_python import fresh_python
 
 
 @pytest.fixture(scope="module")
@@ -197,9 +193,7 @@ def test_building_the_models_does_not_import_torch_dynamo():
         "build_streams('orpheus', 'tiny', 0, 'float32', 'cpu', 'torch'); "
         "print('torch._dynamo' in sys.modules)"
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "False"
+    assert fresh_python(code) == "False"
 
 
 def test_08b_shapes_keep_activations_finite():
