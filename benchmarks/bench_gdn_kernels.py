@@ -321,19 +321,23 @@ def run_sweep(
     return samples
 
 
-# The recurrence's launches --recurrent tries by default: value columns x warps a program.
-RECURRENT_SWEEP = tuple((bv, warps) for bv in (16, 32, 64, 128) for warps in (1, 2, 4, 8))
+# The recurrence's launches --recurrent takes: value columns and warps a program; with no
+# launch named it tries every pair.
+RECURRENT_BVS, RECURRENT_WARPS = (16, 32, 64, 128), (1, 2, 4, 8)
+RECURRENT_SWEEP = tuple((bv, warps) for bv in RECURRENT_BVS for warps in RECURRENT_WARPS)
 RECURRENT_SHAPES = ("64d", "128d")  # decode steps at the c=64 and c=128 loads
 
 
 def parse_recurrent(text: str) -> tuple[int, int]:
     """`BV:WARPS` (e.g. 64:8): the recurrence's value columns and warps a program."""
     match = re.fullmatch(r"(\d+):(\d+)", text)
-    if not match or int(match[1]) not in (16, 32, 64, 128) or int(match[2]) not in (1, 2, 4, 8):
+    launch = (int(match[1]), int(match[2])) if match else None
+    if launch not in RECURRENT_SWEEP:
+        bvs, warps = ("/".join(map(str, values)) for values in (RECURRENT_BVS, RECURRENT_WARPS))
         raise argparse.ArgumentTypeError(
-            f"a recurrent launch is BV:WARPS, BV of 16/32/64/128 and WARPS of 1/2/4/8, got {text!r}"
+            f"a recurrent launch is BV:WARPS, BV of {bvs} and WARPS of {warps}, got {text!r}"
         )
-    return int(match[1]), int(match[2])
+    return launch
 
 
 def run_recurrent(
