@@ -11,7 +11,10 @@ batch of requests whose prompts are prefilled first, then times decode steps: wa
 step from schedule to the tokens on the host (what the worker loop pays), its median, p10 and
 p90 (benchmarks/stats.py).
 `--profile FILE` adds a torch profiler table of a few steps (where the time goes); `--stacks`
-groups the steps' host calls by the Python lines that make them.
+groups the steps' host calls by the Python lines that make them (only where torch records
+Python stacks: the GPU machine's torch 2.11 gave the table without them, session 9);
+`--cprofile FILE` times 5 decode steps under cProfile instead: the host's time by Python
+function (own and cumulative), on any torch: where an eager step's host time goes.
 `--prefill RxL ...` then times steps that prefill R new prompts of L tokens while the batch
 decodes: with `mixing` off (the scenario's) a prefill-only step, with `--mixing` one mixed
 step of the batch's decode rows and the new prompts; each new request is removed after its
@@ -121,6 +124,9 @@ def main(argv: list[str] | None = None) -> None:
         "--stacks", action="store_true",
         help="with --profile: the steps' host calls also grouped by their Python stack",
     )  # fmt: skip
+    parser.add_argument(
+        "--cprofile", default=None, help="write 5 decode steps' host time by function here"
+    )
     args = parser.parse_args(argv)
     steps = args.steps + args.warmup + 5 + 40 * len(args.prefill)
     scenario = load_scenario(args.scenario, args.size)
@@ -164,6 +170,8 @@ def main(argv: list[str] | None = None) -> None:
         with open(args.profile, "w") as out:
             out.write(table)
         print(table[:6000])
+    if args.cprofile:
+        Path(args.cprofile).write_text(_host_by_function(engine, steps=5))
     arch = scenario.model.arch
     for spec in args.prefill:
         rows, length = (int(part) for part in spec.split("x"))
@@ -188,6 +196,25 @@ def main(argv: list[str] | None = None) -> None:
             f"{args.gdn_split}): "
             f"{stats.render(prefill)} over {prefill.n} steps"
         )
+
+
+def _host_by_function(engine, steps: int) -> str:
+    """`steps` decode steps under cProfile: the host's time by Python function, by own time
+    and by cumulative time (cProfile's overhead inflates both; their shares are the figure)."""
+    import cProfile
+    import io
+    import pstats
+
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(steps):
+        _step(engine)
+    profiler.disable()
+    out = io.StringIO()
+    out.write(f"host time by Python function over {steps} decode steps (cProfile)\n")
+    for key in ("tottime", "cumulative"):
+        pstats.Stats(profiler, stream=out).sort_stats(key).print_stats(40)
+    return out.getvalue()
 
 
 def _device_busy(prof, wall_us: float, steps: int) -> str:

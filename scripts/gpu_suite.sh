@@ -2,7 +2,7 @@
 # Every GPU test and benchmark of the project, for one `device` run (see docs/BENCHMARKS.md):
 #   bash scripts/gpu_suite.sh STAGE...  STAGE: tests | models | quick | step | prefill | options | mixed |
 #   splitstep | splittune | stacks | accuracy | gdn | gdncap | gdnbench | run | evidence | orpheus |
-#   orpheus_step | codec | codec_overlap | codec_kernels | gemm | launch | recurrent | all
+#   orpheus_step | orpheus_iter | codec | codec_overlap | codec_kernels | gemm | launch | recurrent | all
 # with carry [".whl", ".jitcache"]. Logs go under $OUT (default ./gpu-out). JIT caches
 # (FlashInfer, Triton) are restored from .jitcache/ when present and saved to $OUT/jit-*.
 set -uo pipefail
@@ -131,20 +131,21 @@ for stage in "${stages[@]}"; do
         tests/test_gpu_kernels.py -k "08b_piecewise or flashinfer" 2>&1 | tail -n 30 \
         | tee "$OUT/gpu_tests.log" ;;
     stacks)  # the host calls by Python line of a decode step (batch 64, graphs), a mixed step
-      # (1 x 384 beside 64 decoding) and a prefill step (1 x 384, 64 decoding aside), then of
-      # the eager decode step (no graphs: where its ~17 ms of host go)
+      # (1 x 384 beside 64 decoding) and a prefill step (1 x 384, 64 decoding aside), then
+      # the eager decode step's host time by Python function (no graphs: its ~16 ms of host)
       timeout 150 python3 -m benchmarks.bench_gpu_step --batch 64 --context 512 --steps 5 \
         --graphs --piecewise --mixing --prefill 1x384 --profile /tmp/profile_stacks --stacks \
         2>&1 | grep -E "step,|Error|error" | tee -a "$OUT/bench_step.log"
       timeout 150 python3 -m benchmarks.bench_gpu_step --batch 64 --context 512 --steps 5 \
         --graphs --piecewise --no-mixing --prefill 1x384 --profile /tmp/profile_stacks_p --stacks \
         2>&1 | grep -E "step,|Error|error" | tee -a "$OUT/bench_step.log"
+      # (torch 2.11 here records no Python stacks: session 9's eager table came back without
+      # them; cProfile gives the eager step's host time by function instead)
       timeout 120 python3 -m benchmarks.bench_gpu_step --batch 64 --context 512 --steps 5 \
-        --no-graphs --no-piecewise --profile /tmp/profile_stacks_eager --stacks 2>&1 \
+        --no-graphs --no-piecewise --cprofile "$OUT/host_eager.txt" 2>&1 \
         | grep -E "decode step|Error|error" | tee -a "$OUT/bench_step.log"
       cat /tmp/profile_stacks /tmp/profile_stacks.prefill_1x384 > "$OUT/stacks.txt"
-      cat /tmp/profile_stacks_p.prefill_1x384 > "$OUT/stacks_prefill.txt"
-      cat /tmp/profile_stacks_eager > "$OUT/stacks_eager.txt" ;;
+      cat /tmp/profile_stacks_p.prefill_1x384 > "$OUT/stacks_prefill.txt" ;;
     gdnbench)  # Gated DeltaNet's kernels alone, one layer call (benchmarks/bench_gdn_kernels.py,
       # docs/KERNELS.md "Tuning the split kernel"): every path at the default shapes with the
       # per-kernel split; the captured form at bench_gpu_step's max_rows (68) beside the
@@ -215,18 +216,20 @@ for stage in "${stages[@]}"; do
         timeout 280 python3 -m harness run orpheus -c $c --abba --requests $((2 * c)) \
           --warmup 16 --out /tmp/orpheus-c$c 2>&1 | head -n 40 | tee -a "$OUT/orpheus.log"
       done ;;
-    orpheus_step)  # Orpheus 3b apart from the server: the LLM's decode step alone (batch 64,
-      # context 256, graphs, its logit mask; the GPU's busy time a step), then the worker's
-      # iteration with both nodes (64 requests, strict and overlapped loops), profiled by CUDA
-      # stream (docs/ORPHEUS.md); ORPHEUS_ITER_ARGS adds e.g. --codec-overlap. The LLM's step
-      # with FlashInfer's decode on CUDA cores and on tensor cores (3b's query group is 3), and
-      # with our GEMM for the LM head (engine.dense_kernel head). 3 x 100 + 250 s of guards
-      # (session 8's 150 s cut the iteration's overlapped loop)
-      for opt in --no-decode-tensor-cores --decode-tensor-cores "--dense-kernel head"; do
-        timeout 100 python3 -m benchmarks.bench_gpu_step --scenario orpheus --size 3b \
-          --batch 64 --context 256 --graphs $opt --profile "$OUT/orpheus_step${opt// /}.txt" \
+    orpheus_step)  # Orpheus 3b's LLM apart from the server: its decode step alone (batch 64,
+      # context 256, graphs, its logit mask; the GPU's busy time a step) with FlashInfer's
+      # decode on CUDA cores and on tensor cores (3b's query group is 3), and with our GEMM for
+      # the LM head (engine.dense_kernel head). 3 x 160 s of guards: session 9's 100 s each
+      # returned nothing (a 3b build, its graphs and the step's compiles outran them)
+      for opt in --no-decode-tensor-cores --decode-tensor-cores \
+        "--decode-tensor-cores --dense-kernel head"; do
+        timeout 160 python3 -m benchmarks.bench_gpu_step --scenario orpheus --size 3b \
+          --batch 64 --context 256 --graphs $opt --profile "$OUT/orpheus_step${opt//[ -]/}.txt" \
           2>&1 | grep -E "decode step|GPU busy|Error|error" | tee -a "$OUT/orpheus_step.log"
-      done
+      done ;;
+    orpheus_iter)  # the worker's iteration with both nodes (64 requests, strict and overlapped
+      # loops, the scenario's settings), profiled by CUDA stream (docs/ORPHEUS.md);
+      # ORPHEUS_ITER_ARGS adds e.g. --codec-overlap (session 8's 150 s cut the overlapped loop)
       timeout 250 python3 -m benchmarks.bench_orpheus_iteration --size 3b --requests 64 \
         --profile "$OUT/orpheus_iteration_profile.txt" ${ORPHEUS_ITER_ARGS:-} 2>&1 \
         | grep -v "^USDT" | tail -n 80 | tee -a "$OUT/orpheus_step.log" ;;

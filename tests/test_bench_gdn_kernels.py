@@ -89,6 +89,7 @@ def test_best_per_shape_pairs_the_default_with_the_fastest():
 
 def test_the_benchmark_runs_in_the_interpreter(tmp_path):
     pytest.importorskip("triton")
+    from engine.kernels import triton_gdn
     out = tmp_path / "gdn.json"
     root = Path(__file__).resolve().parents[1]
     path = os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))
@@ -122,7 +123,7 @@ def test_the_benchmark_runs_in_the_interpreter(tmp_path):
     # the same outputs (each program's columns are its own: no sum is reordered)
     recurrent = [s for s in samples if s["kind"] == "recurrent"]
     assert [(s["shape"], s["split"]) for s in recurrent] == [
-        ("3d", "recurrent bv=32,warps=4"),
+        ("3d", f"recurrent bv={triton_gdn.RECURRENT_BV},warps={triton_gdn.RECURRENT_WARPS}"),
         ("3d", "recurrent bv=16,warps=2"),
     ]
     assert recurrent[1]["error"] is None and recurrent[1]["err"] == 0.0

@@ -38,3 +38,13 @@ def test_the_orpheus_step_line_names_the_mask(capsys):
     out = capsys.readouterr().out
     assert "decode step, size tiny, batch 2, context 16" in out
     assert "each row sampling its logit mask's 4,096 of 156,940 ids" in out
+
+
+def test_cprofile_writes_the_decode_steps_host_time_by_function(tmp_path):
+    out = tmp_path / "host.txt"
+    argv = ["--size", "tiny", "--kernels", "torch", "--batch", "2", "--context", "16"]
+    bench.main(argv + ["--steps", "2", "--warmup", "1", "--cprofile", str(out)])
+    text = out.read_text()
+    assert text.startswith("host time by Python function over 5 decode steps (cProfile)")
+    assert "launch" in text  # Engine.launch, the step's own entry, is among the functions
+    assert text.count("Ordered by:") == 2  # own time, then cumulative

@@ -262,8 +262,10 @@ def _recurrent_row(
 # The recurrence's launch (a decode step's Gated DeltaNet, the leading one-token rows of a
 # mixed step): value columns a program and warps a program. benchmarks/bench_gdn_kernels.py
 # --recurrent times others (session 8's decode profile: 39.6 us a layer at batch 64, 72% of
-# the H200's bandwidth for its fp32 state).
-RECURRENT_BV, RECURRENT_WARPS = 32, 4
+# the H200's bandwidth for its fp32 state). Session 9's sweep (one layer call, 0.8b, fp32
+# state): 64 columns x 4 warps 45.6 us at 64 rows, 82.1 at 128, against 32 x 4's 46.8 and
+# 88.9, the best of the 16 at both; 1 warp a program spills at 64 columns and more (~300 us).
+RECURRENT_BV, RECURRENT_WARPS = 64, 4
 
 
 def gated_delta_recurrent(
