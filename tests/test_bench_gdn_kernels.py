@@ -90,6 +90,7 @@ def test_best_per_shape_pairs_the_default_with_the_fastest():
 def test_the_benchmark_runs_in_the_interpreter(tmp_path):
     pytest.importorskip("triton")
     from engine.kernels import triton_gdn
+
     out = tmp_path / "gdn.json"
     root = Path(__file__).resolve().parents[1]
     path = os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))
