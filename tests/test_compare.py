@@ -190,6 +190,25 @@ def test_one_block_gives_its_interval_and_no_verdict():
     assert not any(d.startswith("too noisy") for d in result.doubts)
 
 
+def test_one_block_asks_for_two_blocks_not_its_own_estimate():
+    """INVARIANTS 50: one block's spread, over 2 degrees of freedom, cannot say how many blocks
+    a verdict needs: a run on the H200 read "rerun with --blocks 290 or more" from its postprocess
+    work's one-block spread. The doubt asks for MIN_BLOCKS; the headline's estimate alone,
+    when larger, is a hint said to be rough; postprocess work's is not quoted."""
+    requests, spans, servers, _ = run(blocks=1, ratio=1.0, noise=0.05, seed=3)
+    work = spans["name"] == "worker.postprocess_batch"
+    spans.loc[work, "sum"] = spans.loc[work, "sum"] * np.repeat([1.0, 3.0, 0.4, 2.0], 10)
+    result = compare(requests, spans, servers, LABELS)
+    headline = row(result, "output_tok_per_s").change.blocks_needed
+    work_needed = phase(result, phases.POSTPROCESS_WORK).change.blocks_needed
+    assert work_needed > headline > 2
+    (doubt,) = [d for d in result.doubts if d.startswith("1 block with both arms")]
+    assert "rerun with --blocks 2 or more, or add blocks to this run" in doubt
+    assert doubt.endswith(f"too rough to say how many a decisive verdict needs (the headline's,"
+                          f" over 2 degrees of freedom, hints at about {headline})")  # fmt: skip
+    assert str(work_needed) not in doubt
+
+
 def test_noisy_run_asks_for_more_blocks():
     requests, spans, servers, _ = run(blocks=3, ratio=1.0, noise=0.08, seed=5)
     result = compare(requests, spans, servers, LABELS)

@@ -168,7 +168,7 @@ def compare(
         unit=unit,
         statistics=STATISTICS,
     )
-    result.doubts = comparison_doubts(result, per_server, servers, spans, external)
+    result.doubts = comparison_doubts(result, requests, per_server, servers, spans, external)
     return result
 
 

@@ -11,6 +11,7 @@ import pandas as pd
 
 from harness.analysis.phases import POSTPROCESS_WORK
 from harness.analysis.schema import LETTERS
+from harness.analysis.stalls import StartStall, start_stalls
 from harness.analysis.stats import IN_BLOCKS, MIN_BLOCKS, NOT_ENOUGH, ONE_BLOCK, Change
 
 if TYPE_CHECKING:
@@ -21,14 +22,16 @@ CLIENT_LIMIT_SHARE = 0.5  # a server this close to the client's measured max is 
 
 def comparison_doubts(
     result: Comparison,
+    requests: pd.DataFrame,
     per_server: pd.DataFrame,
     servers: pd.DataFrame,
     spans: pd.DataFrame,
     external: Collection[str],
 ) -> list[str]:
-    """Failed requests, unhealthy servers, missing steady windows, untimed tokens, too few
-    blocks, figures too noisy to decide, missing spans, a postprocess work below zero.
-    `external` names the letters whose servers send no spans by design."""
+    """Failed requests, unhealthy servers, stalls at a server's start, missing steady
+    windows, untimed tokens, too few blocks, figures too noisy to decide, missing spans, a
+    postprocess work below zero. `external` names the letters whose servers send no spans by
+    design."""
     doubts = []
     for letter in LETTERS:
         failed = sum(s.failed for s in result.servers if s.letter == letter)
@@ -41,6 +44,7 @@ def comparison_doubts(
             doubts.append(f"{where}: {error or 'never healthy'}; see {s.log}")
         if pd.isna(s.steady_start_s) or pd.isna(s.steady_end_s):
             doubts.append(f"{where}: no steady window, so no steady tok/s")
+    doubts += start_stall_doubts(requests, servers)
     first = next((c for c in ("ttft_p50_ms", "ttfa_p50_ms") if c in per_server.columns), None)
     windowed = servers["steady_start_s"].notna() & servers["steady_end_s"].notna()
     keys = servers.loc[windowed, ["block", "slot"]]
@@ -81,17 +85,59 @@ def comparison_doubts(
     return doubts
 
 
+def start_stall_doubts(requests: pd.DataFrame, servers: pd.DataFrame) -> list[str]:
+    """One line per server that stalled at its start (stalls.start_stalls)."""
+    return [_stall_line(s) for s in start_stalls(requests, servers)]
+
+
+def _stall_line(stall: StartStall) -> str:
+    if stall.others_s is None:
+        others = "no other server to compare"
+    else:
+        low, high = (_seconds(x) for x in stall.others_s)
+        others = f"the servers that did not stall: {low if low == high else f'{low}-{high}'} s"
+    steady = {
+        True: ", its steady window does not: read the steady figures",
+        False: ", and so does its steady window: give more --warmup (the window opens when"
+        " the last warmup request ends)",
+        None: "; it has no steady window",
+    }[stall.steady_after]
+    held = "its whole-load figures"
+    if stall.measured:
+        n, plural = stall.measured, "s" if stall.measured > 1 else ""
+        held = f"the TTFT{plural} of {n} measured request{plural} and {held}"
+    return (
+        f"server {stall.server}: no first token for {stall.delay_s:.1f} s after its first request"
+        f" ({others}): a stall at start (JIT compiles? a cold cache?); {held} include it{steady}"
+    )
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.3g}" if value < 100 else f"{value:.0f}"
+
+
 def _too_few_blocks(result: Comparison) -> str:
-    """Why fewer than MIN_BLOCKS blocks give no faster/slower verdict, and how many to run."""
+    """Why fewer than MIN_BLOCKS blocks give no faster/slower verdict, and what to run. One
+    block's spread (2 degrees of freedom at most) cannot say how many blocks a verdict needs
+    (docs/STATISTICS.md, "Blocks needed"): MIN_BLOCKS is asked for, and the headline's own
+    estimate, when larger, is given as a rough hint."""
     if not result.blocks:
         return "no block holds both arms (see the servers' errors): nothing to compare; rerun"
-    needed = max((c.blocks_needed or 0 for _, c in _decisive(result)), default=0)
+    headline = next((f.change for f in result.figures if f.figure == result.headline), None)
+    hint = headline.blocks_needed if headline else None
+    rough = (
+        f"; one block's spread is too rough to say how many a decisive verdict needs (the"
+        f" headline's, over {headline.df} degrees of freedom, hints at about {hint})"
+        if hint and hint > MIN_BLOCKS
+        else ""
+    )
     return (
         "1 block with both arms: no faster/slower verdict (the change and its interval are"
         " shown): in one block each arm holds fixed positions (A B B A: A the first and last"
         " server), so whatever a server's position does to it (e.g. slower first and last"
-        " servers) reads as a change of code; rerun with --blocks"
-        f" {max(needed, MIN_BLOCKS)} or more (the next block, in turned order, cancels it)"
+        f" servers) reads as a change of code; rerun with --blocks {MIN_BLOCKS} or more, or"
+        " add blocks to this run with --out DIR --continue (the next block, in turned order,"
+        f" cancels it){rough}"
     )
 
 

@@ -15,6 +15,7 @@ import pandas as pd
 
 from harness.analysis import metrics, phases
 from harness.analysis.compare import _plain
+from harness.analysis.doubts import start_stall_doubts
 from harness.analysis.goodput import Goodput, goodput
 from harness.analysis.schema import SCHEMA_VERSION, empty
 
@@ -119,18 +120,20 @@ def measure(
         phases=[Phase(name, ms) for name, ms in sorted(table.items())],
         messages=[Phase(name, ms) for name, ms in sorted(costs.items())],
     )
-    result.doubts = doubts(result, per_server, servers, spans, external)
+    result.doubts = doubts(result, requests, per_server, servers, spans, external)
     return result
 
 
 def doubts(
     result: Measurement,
+    requests: pd.DataFrame,
     per_server: pd.DataFrame,
     servers: pd.DataFrame,
     spans: pd.DataFrame,
     external: bool,
 ) -> list[str]:
-    """Failed requests, unhealthy servers, no steady window, untimed tokens, no spans."""
+    """Failed requests, unhealthy servers, no steady window, a stall at a server's start,
+    untimed tokens, no spans."""
     out = []
     if result.failed:
         out.append(f"{result.failed} failed requests: see status/error in requests")
@@ -139,6 +142,7 @@ def doubts(
             out.append(f"server {s.server}: {s.error or 'never healthy'}; see {s.log}")
         if pd.isna(s.steady_start_s) or pd.isna(s.steady_end_s):
             out.append(f"server {s.server}: no steady window, so no steady tok/s")
+    out += start_stall_doubts(requests, servers)
     untimed = int((per_server["output_tokens"] - per_server["timed_tokens"]).sum())
     if untimed > 0:
         out.append(

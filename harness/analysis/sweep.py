@@ -13,6 +13,7 @@ import pandas as pd
 
 from harness.analysis import metrics
 from harness.analysis.compare import _plain
+from harness.analysis.doubts import start_stall_doubts
 from harness.analysis.goodput import goodput
 from harness.analysis.schema import SCHEMA_VERSION
 
@@ -112,4 +113,5 @@ def sweep(
                 f"no steady window at {where}: raise --requests (several times the load)"
                 " or give --duration"
             )
+    result.doubts += start_stall_doubts(requests, servers)
     return result
