@@ -184,6 +184,9 @@ for stage in "${stages[@]}"; do
       # git-ignored folder, e.g. .evidence): a comparison whose ev-<name>.tgz from an earlier
       # call lies there adds its blocks to that run (bench run --continue, the same command);
       # the tarballs then keep the tables, so the next call can continue them again.
+      # The load: 320 requests (5 a client at c=64) so each server's steady window holds whole
+      # requests and so TTFT/TPOT/E2E (session 9's 128 left them empty: 2 a client); a
+      # server's start (~40 s with graphs) costs far more than the ~4 s they add.
       began=$SECONDS
       for spec in ${EVIDENCE:-graphs:engine.cuda_graphs}; do
         IFS=: read -r name key a b <<< "$spec"; a=${a:-false}; b=${b:-true}
@@ -202,7 +205,7 @@ for stage in "${stages[@]}"; do
         timeout $(( ${EVIDENCE_BUDGET:-300} + 150 )) python3 -m harness run \
           ${EVIDENCE_SCENARIO:-qwen35} -c ${EVIDENCE_C:-64} --abba \
           --blocks 3 --time-budget ${EVIDENCE_BUDGET:-300} --report \
-          ${EVIDENCE_LOAD:---requests 128 --warmup 32} --out /tmp/ev-$name "${more[@]}" \
+          ${EVIDENCE_LOAD:---requests 320 --warmup 64} --out /tmp/ev-$name "${more[@]}" \
           --arm "off=$key=$a" --arm "on=$key=$b" > /tmp/ev-$name.log 2>&1
         echo "exit $? after $((SECONDS - began)) s" | tee -a /tmp/ev-$name.log
         python3 scripts/run_counts.py /tmp/ev-$name >> /tmp/ev-$name.log 2>&1
