@@ -115,6 +115,12 @@ class EngineConfig:
     # before postprocessing step N, hiding the host's work under the GPU's. Off: the strict
     # loop (launch, wait, postprocess). On a CPU it gains nothing: the step runs at launch.
     overlap: bool = False
+    # Before it says Ready, the worker runs a few throwaway steps (prefill below and above
+    # gdn_split_from_tokens, several rows, decode, mixed, sampled; engine/worker/warmup.py), so
+    # that the kernels compile then, not under the first requests (an H200 server's first
+    # prefill stalled 104 s). On every device: nothing compiles on a CPU, but a tiny model's
+    # warmup costs ~0.13 s of a ~1.4 s start, and every test server then runs it.
+    warmup: bool = True
     # Planted slowdown of the worker loop, for `bench power` and harness tests only.
     planted_delay_us: int = 0
 

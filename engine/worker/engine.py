@@ -146,7 +146,7 @@ class Engine:
             )
         self.logit_mask = logit_mask
         self.requests: dict[int, Request] = {}
-        self._arrivals = 0
+        self.arrivals = 0  # requests added so far: the next one's arrival order
 
     def _check_double_buffering(self) -> None:
         """A resource that declares `force_double_buffer` needs two slots once the host runs
@@ -166,8 +166,8 @@ class Engine:
 
     def add_request(self, msg: AddRequest, prompt: list[int]) -> Request:
         params = SamplingParams(msg.temperature, msg.top_p, msg.top_k, msg.seed, msg.logprobs)
-        request = Request(msg.rid, prompt, msg.max_tokens, msg.ignore_eos, params, self._arrivals)
-        self._arrivals += 1
+        request = Request(msg.rid, prompt, msg.max_tokens, msg.ignore_eos, params, self.arrivals)
+        self.arrivals += 1
         self.requests[msg.rid] = request
         self.scheduler.add(request)
         return request

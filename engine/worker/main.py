@@ -1,4 +1,5 @@
-"""The worker process: builds the worker (`build_worker`), then runs its loop over ZMQ.
+"""The worker process: builds the worker (`build_worker`), warms it up (engine/worker/warmup.py,
+unless `engine.warmup` is off), says Ready, then runs its loop over ZMQ.
 
 Started by the API server as `python -m engine.worker.main --spec JSON --ipc-dir DIR
 --server-id ID` (a fresh interpreter: nothing is pickled across the boundary). It exits on a
@@ -31,6 +32,7 @@ from engine.runtime.graph import NodeSubmodule
 from engine.worker.engine import Engine
 from engine.worker.stream_stage import StreamStage
 from engine.worker.timing import PhaseTimer, SpanPublisher, jsonl_sink
+from engine.worker.warmup import warm_up
 from engine.worker.worker import Worker
 
 log = logging.getLogger("engine.worker")
@@ -65,7 +67,8 @@ def build_worker(
     send: Callable[[msgspec.Struct], None],
 ) -> Worker:
     """A worker over the scenario's model and engine settings, as this process runs it; the
-    benchmarks build theirs here too, so they measure the production assembly."""
+    benchmarks build theirs here too, so they measure the production assembly (the start-up
+    warmup is `run`'s: the benchmarks run warm-up steps of their own)."""
     spec = model_spec
     engine, node = build_engine(spec, config)
     streams = build_streams(
@@ -118,6 +121,10 @@ def run(model_spec: ModelSpec, config: EngineConfig, ipc_dir: str, server: str, 
             outbox.send(encode(msg))
 
         worker = build_worker(model_spec, config, timer, send)
+        if config.warmup:  # the kernels compile here, not under the first requests
+            warm_up(worker)
+        else:
+            log.info("warmup: off (engine.warmup: false)")
         # From Ready on, SIGTERM (a stop) and SIGHUP (the API server died) end the loop, so
         # the exit below runs: installed before Ready, since a server may be killed as soon
         # as it is.
