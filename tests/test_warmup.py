@@ -150,3 +150,13 @@ def test_a_server_warms_up_before_ready_unless_told_not_to(tmp_path):
         lines = log.read_text().splitlines()
         warmed = next(i for i, line in enumerate(lines) if expect in line)
         assert warmed < next(i for i, line in enumerate(lines) if "listening on" in line)
+
+
+def test_the_warmup_leaves_no_prefill_hold_behind():
+    """INVARIANTS 54 with the prefill hold (INVARIANTS 53) on: the warmup's last prompt waits
+    beside its decoding rows, yet the first real prompts find the hold's count where a fresh
+    engine's is."""
+    fresh, _, _ = _worker(mixing=True, prefill_hold_steps=12)
+    worker, _, _ = _worker(mixing=True, prefill_hold_steps=12)
+    warm_up(worker)
+    assert vars(worker.engine.scheduler)["_held"] == vars(fresh.engine.scheduler)["_held"] == 0

@@ -69,6 +69,7 @@ def warm_up(worker: Worker) -> str:
                 engine.remove_request(rid)
         steps.append(rows)
     engine.arrivals = arrived
+    engine.scheduler.schedule()  # nothing left: an empty schedule restarts the hold's count
     summary = f"{len(steps)} steps ({_kinds(steps)}), {time.perf_counter() - start:.1f} s"
     log.info("warmup: %s%s", summary, "; codec stages not warmed" if worker.stages else "")
     return summary
