@@ -60,7 +60,8 @@ def execute(
     arms = [arm_manifest(arm, engines[letter]) for letter, arm in sorted(plan.arms.items())]
     command = " ".join(redacted(sys.argv))
     try:
-        preflight(plan, engines)  # before any server starts, or any file is written
+        for note in preflight(plan, engines):  # before any server starts, or any file
+            console.print(f"[yellow]note: {note}[/]")  # is written
         if continued is not None:
             rundir = continued
             planned = plan.manifest(rundir.manifest.get("run_id"), command, measured, arms)

@@ -19,9 +19,10 @@ from harness.measure.server import model_card
 WINDOW_CHECK_MAX = 20_000  # longer sequences are not modelled (their window is not in doubt)
 
 
-def preflight(plan: RunPlan, engines: Mapping[str, Scenario | None]) -> None:
-    """Raise a BenchError when the run cannot give a result. `engines` holds each arm's
-    resolved scenario by letter (None for a URL arm, whose server is asked instead)."""
+def preflight(plan: RunPlan, engines: Mapping[str, Scenario | None]) -> list[str]:
+    """Raise a BenchError when the run cannot give a result; else the notes on what it will
+    give less of (`window_note`). `engines` holds each arm's resolved scenario by letter
+    (None for a URL arm, whose server is asked instead)."""
     for letter, arm in sorted(plan.arms.items()):
         if arm.kind == "url":
             card = model_card(arm.url, plan.headers)
@@ -34,8 +35,12 @@ def preflight(plan: RunPlan, engines: Mapping[str, Scenario | None]) -> None:
     if plan.duration_s is None and len(plan.requests) <= WINDOW_CHECK_MAX:
         loads = [plan.load(slot) for slot in range(len(plan.letters))]
         closed = {load.concurrency for load in loads if load.arrivals is None}
+        notes = []
         for concurrency in sorted(closed):  # the open loop's window is its arrivals'
             check_window(plan.requests, concurrency, plan.warmup)
+            notes += filter(None, [window_note(plan.requests, concurrency, plan.warmup)])
+        return notes
+    return []
 
 
 def check_fits(requests: Sequence[RequestSpec], max_model_len: int, where: str) -> None:
@@ -83,6 +88,25 @@ def check_window(requests: Sequence[RequestSpec], concurrency: int, warmup: int)
     if enough is not None:
         advice = f"give --requests {enough} or more"
     raise BenchError(f"no steady window at -c {concurrency}: {why}; {advice}, or fewer --warmup")
+
+
+def window_note(requests: Sequence[RequestSpec], concurrency: int, warmup: int) -> str | None:
+    """A note when the modelled steady window is shorter than the load's longest request:
+    the run's throughput stands, but few requests (none, below the shortest) are both sent and
+    ended inside a server's window, so its TTFT, TPOT and E2E percentiles have few samples or
+    none (session 9: 128 requests at -c 64, 2 a client). None when the window has room."""
+    lengths = [requests[i].max_tokens for i in range(len(requests))]
+    window = steady_window(lengths, concurrency, warmup)
+    if window >= max(lengths, default=0):
+        return None
+    enough = _fewest_measured(requests, concurrency, warmup, max(lengths))
+    advice = f"--requests {enough} or more" if enough is not None else "more --requests"
+    return (
+        f"at -c {concurrency} the steady window (~{window} steps, modelled) is shorter than the "
+        f"longest request ({max(lengths)} tokens): few requests or none will both start and end "
+        f"inside it, so its TTFT, TPOT and E2E percentiles may be empty (its throughput "
+        f"stands); for them give {advice}"
+    )
 
 
 def steady_window(lengths: Sequence[int], concurrency: int, warmup: int) -> int:
