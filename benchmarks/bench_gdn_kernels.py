@@ -50,7 +50,7 @@ import torch
 
 from benchmarks import stats
 from benchmarks.options import positive_int
-from engine.config import load_scenario
+from engine.config import TRITON_LAUNCHES, load_scenario
 from engine.kernels.gdn_config import (
     SPLIT_DEFAULT,
     SWEEP_AXES,
@@ -502,6 +502,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=positive_int, default=30)
     parser.add_argument("--profile", action="store_true", help="per-kernel device time (CUDA)")
     parser.add_argument("--json", default=None, help="write the raw samples here (JSON lines)")
+    parser.add_argument(  # engine.triton_launch: the host us column with the kept kernels
+        "--triton-launch", default="jit", choices=list(TRITON_LAUNCHES)
+    )
     args = parser.parse_args(argv)
     if args.sweep is not None:
         args.sweep = split_sweep() if not args.sweep else [
@@ -522,14 +525,19 @@ def main(argv: list[str] | None = None) -> None:
     if args.device == "cpu":  # before the kernels are defined: Triton's interpreter
         os.environ["TRITON_INTERPRET"] = "1"
     torch.manual_seed(0)
+    from engine.kernels import triton_launch
+
+    triton_launch.set_launch(args.triton_launch)
     bench = Bench(args)
     where = torch.cuda.get_device_name() if bench.device.type == "cuda" else "cpu (interpreter)"
     head = f"Gated DeltaNet, one layer call, {args.size} {args.dtype} on {where}, max_rows " \
-           f"{args.max_rows}, median of {args.repeats}"  # fmt: skip
+           f"{args.max_rows}, triton launch {args.triton_launch}, " \
+           f"median of {args.repeats}"  # fmt: skip
     records = open(args.json, "w") if args.json else None  # JSON lines, one per sample
     if records:
         env = {"device": where, "torch": torch.__version__, "size": args.size,
-               "dtype": args.dtype, "max_rows": args.max_rows}  # fmt: skip
+               "dtype": args.dtype, "max_rows": args.max_rows,
+               "triton_launch": args.triton_launch}  # fmt: skip
         records.write(json.dumps({"schema": SCHEMA, "environment": env}) + "\n")
 
     def show(sample: Sample) -> None:  # as soon as measured: a run cut short keeps its rows

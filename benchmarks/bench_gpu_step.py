@@ -39,7 +39,7 @@ import torch
 
 from benchmarks import device_streams, stats
 from benchmarks.options import positive_int
-from engine.config import DENSE_KERNELS, Scenario, load_scenario
+from engine.config import DENSE_KERNELS, TRITON_LAUNCHES, Scenario, load_scenario
 from engine.kernels import GDN_PREFILL
 from engine.messages import AddRequest
 from engine.models import architecture
@@ -118,6 +118,9 @@ def main(argv: list[str] | None = None) -> None:
         "--dense-kernel", default="torch", choices=list(DENSE_KERNELS)
     )
     parser.add_argument("--state-dtype", default="float32", choices=["float32", "bfloat16"])
+    parser.add_argument(  # engine.triton_launch: Triton's own launch, or the kept kernels'
+        "--triton-launch", default="jit", choices=list(TRITON_LAUNCHES)
+    )
     parser.add_argument("--prefill", nargs="*", default=[], metavar="RxL")
     parser.add_argument("--profile", default=None, help="write a profiler table here")
     parser.add_argument(
@@ -135,7 +138,7 @@ def main(argv: list[str] | None = None) -> None:
         piecewise_graphs=args.piecewise, piecewise_gdn=args.piecewise_gdn, mixing=args.mixing,
         gdn_prefill=args.gdn_prefill, gdn_split=args.gdn_split,
         decode_tensor_cores=args.decode_tensor_cores, state_dtype=args.state_dtype,
-        dense_kernel=args.dense_kernel,
+        dense_kernel=args.dense_kernel, triton_launch=args.triton_launch,
         max_rows=args.batch + max((int(p.split("x")[0]) for p in args.prefill), default=0),
     )  # fmt: skip
     for _ in range(args.warmup):
@@ -149,7 +152,8 @@ def main(argv: list[str] | None = None) -> None:
     print(
         f"decode step, size {scenario.size}, batch {args.batch}, context {args.context}, "
         f"kernels {engine.ops.name}, graphs {engine.graphs is not None}, decode tensor cores "
-        f"{args.decode_tensor_cores}, state {args.state_dtype}, dense {args.dense_kernel}: "
+        f"{args.decode_tensor_cores}, state {args.state_dtype}, dense {args.dense_kernel}, "
+        f"triton launch {args.triton_launch}: "
         f"{stats.render(decode)} over "
         f"{decode.n} steps = {args.batch / decode.median * 1e3:,.0f} tok/s{_mask_note(engine)}"
     )

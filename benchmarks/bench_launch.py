@@ -10,8 +10,11 @@ launch alone, at the decode step's shapes, so that time can be divided among the
 - `triton jit`: our RMS norm kernel through Triton's JIT launcher (`kernel[grid](...)`: binding
   and specialising the arguments, the cache lookup, then the C launcher);
 - `triton bound`: the same compiled kernel through its bound runner (the C launcher alone);
+- `triton kept`: the same `kernel[grid](...)` with `engine.triton_launch: bound`
+  (engine/kernels/triton_launch.py: the compiled kernel kept per call signature, its runner
+  called directly);
 - `rms_norm`, `silu_mul`: our wrappers as the model calls them (outputs allocated, then the JIT
-  launch).
+  launch), and `rms_norm kept`, `silu_mul kept` with the kept kernels.
 
     python -m benchmarks.bench_launch [--calls 200] [--samples 30]
 
@@ -54,7 +57,7 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("needs CUDA")
     import triton
 
-    from engine.kernels import triton_norms
+    from engine.kernels import triton_launch, triton_norms
 
     dev, bf16 = "cuda", torch.bfloat16
     x = torch.randn(64, 1024, device=dev, dtype=bf16)
@@ -78,11 +81,15 @@ def main(argv: list[str] | None = None) -> None:
         "triton bound": lambda: runner(
             x, x, out, x, weight, 1024, 1024, 1024, 1024, 1e-6, False, block
         ),
+        "triton kept": jit,
         "rms_norm": lambda: triton_norms.rms_norm(x, weight, 1e-6),
         "silu_mul": lambda: triton_norms.silu_mul(gate_up),
+        "rms_norm kept": lambda: triton_norms.rms_norm(x, weight, 1e-6),
+        "silu_mul kept": lambda: triton_norms.silu_mul(gate_up),
     }
     print(f"host time per call, {args.calls} calls a sample, {args.samples} samples")
     for name, call in calls.items():
+        triton_launch.set_launch("bound" if name.endswith("kept") else "jit")
         summary = _per_call_us(call, args.calls, args.samples)
         print(f"  {name:<13} {stats.render(summary, 'us')}")
 

@@ -108,6 +108,12 @@ class EngineConfig:
     # LM head alone, the one shape where the H200 measured it ahead: 3b's 156,940 x 3072 at 64
     # rows, 247 against 364 us). Ignored by the torch reference.
     dense_kernel: str = "torch"
+    # How the CUDA ops launch their Triton kernels (engine/kernels/triton_launch.py): "jit"
+    # (Triton's own launch, which finds the compiled kernel on every call) or "bound" (the
+    # compiled kernel kept per call signature, its launcher called directly: less host time a
+    # launch). One setting per worker process; ignored by the torch reference. "jit" until
+    # measured on a GPU.
+    triton_launch: str = "jit"
     # Resources that stage host data behind a non-blocking copy (the step inputs, FlashInfer's
     # plans) keep two host buffers used in turn; off: one (the staging hazard, for an A/B).
     double_buffer: bool = True
@@ -129,9 +135,15 @@ class EngineConfig:
         # one-line error before any server starts
         split_setting(self.gdn_split)
         check_dense_kernel(self.dense_kernel)
+        if self.triton_launch not in TRITON_LAUNCHES:
+            raise ConfigError(
+                f"engine.triton_launch must be one of {', '.join(TRITON_LAUNCHES)}, "
+                f"got {self.triton_launch!r}"
+            )
 
 
 DENSE_KERNELS = ("torch", "triton", "head")  # engine.dense_kernel
+TRITON_LAUNCHES = ("jit", "bound")  # engine.triton_launch
 
 
 def split_setting(text: str):

@@ -2,7 +2,8 @@
 # Every GPU test and benchmark of the project, for one `device` run (see docs/BENCHMARKS.md):
 #   bash scripts/gpu_suite.sh STAGE...  STAGE: tests | models | quick | step | prefill | options | mixed |
 #   splitstep | splittune | stacks | accuracy | gdn | gdncap | gdnbench | run | evidence | orpheus |
-#   orpheus_step | orpheus_iter | codec | codec_overlap | codec_kernels | gemm | launch | recurrent | all
+#   orpheus_step | orpheus_iter | codec | codec_overlap | codec_kernels | gemm | launch | kept |
+#   recurrent | all
 # with carry [".whl", ".jitcache"]. Logs go under $OUT (default ./gpu-out). JIT caches
 # (FlashInfer, Triton) are restored from .jitcache/ when present and saved to $OUT/jit-*.
 set -uo pipefail
@@ -284,6 +285,26 @@ for stage in "${stages[@]}"; do
       # 64 and 128 rows, one layer call (a decode step's largest kernel: 39.6 us a layer)
       timeout 150 python3 -m benchmarks.bench_gdn_kernels --paths --state-dtypes float32 \
         --recurrent --json "$OUT/gdn_recurrent.jsonl" 2>&1 | tee "$OUT/gdn_recurrent.log" ;;
+    kept)  # engine.triton_launch bound (engine/kernels/triton_launch.py): its GPU tests, the
+      # launch's host cost (bench_launch's kept rows), then the eager decode step and prefill
+      # steps beside 64 decoding rows, and one Gated DeltaNet layer call, jit against bound
+      # (guards: 120 + 40 + 2 x 60 + 2 x 100 + 2 x 50 = 580 s; the GDN layer's "host us")
+      timeout 120 python3 -m pytest -m gpu -v tests/test_gpu_kernels.py tests/test_gpu.py \
+        -k kept 2>&1 | grep -E "PASSED|FAILED|ERROR|passed|failed|Error" | tee "$OUT/kept_tests.log"
+      timeout 40 python3 -m benchmarks.bench_launch 2>&1 | tee "$OUT/bench_launch.log"
+      for launch in jit bound; do
+        timeout 60 python3 -m benchmarks.bench_gpu_step --batch 64 --context 512 --steps 30 \
+          --no-graphs --no-piecewise --triton-launch $launch 2>&1 \
+          | grep -E "decode step|Error|error" | tee -a "$OUT/bench_step.log"
+        timeout 100 python3 -m benchmarks.bench_gpu_step --batch 64 --context 512 --steps 30 \
+          --graphs --piecewise --prefill 1x128 1x384 4x256 --triton-launch $launch 2>&1 \
+          | grep -E "decode step|step,|Error|error" | tee -a "$OUT/bench_step.log"
+      done
+      for launch in jit bound; do
+        timeout 50 python3 -m benchmarks.bench_gdn_kernels --paths triton triton_split \
+          --shapes 1x128 1x384 4x256 --state-dtypes float32 --triton-launch $launch 2>&1 \
+          | tee -a "$OUT/gdn_launch.log"
+      done ;;
     launch)  # what one launch costs the host (torch op, cuBLAS GEMM, Triton JIT and bound
       # runner, our wrappers): the eager step's host time divided among its launches
       timeout 60 python3 -m benchmarks.bench_launch 2>&1 | tee "$OUT/bench_launch.log" ;;

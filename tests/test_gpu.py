@@ -136,6 +136,25 @@ def test_08b_bf16_engine_decodes_on_the_kernels():
         assert len(out[rid]) == 8 and all(0 <= t < model.config.vocab_size for t in out[rid])
 
 
+def test_08b_engine_with_kept_triton_launches_emits_the_jit_launches_tokens():
+    """INVARIANTS 56 on the GPU: 0.8b in bf16, prompts below and above the split kernel's
+    threshold arriving a step apart (prefill, mixed and decode steps, eager and on graphs),
+    `engine.triton_launch: bound` emits exactly the tokens Triton's own launch does: the same
+    compiled kernels, launched from the kept ones after each signature's first launch."""
+    from engine.kernels import triton_launch
+
+    prompts = [
+        [(13 * i + j) % 240000 + 1 for j in range(n)] for i, n in enumerate([5, 40, 300, 700])
+    ]
+    try:
+        jit, _ = greedy_on("cuda", "bfloat16", "0.8b", prompts, 8, stagger=True, mixing=True)
+        kept, _ = greedy_on("cuda", "bfloat16", "0.8b", prompts, 8, stagger=True, mixing=True,
+                            triton_launch="bound")  # fmt: skip
+    finally:
+        triton_launch.set_launch("jit")
+    assert kept == jit
+
+
 def test_08b_decode_graph_replay_equals_eager_for_every_bucket():
     """Graph replay against the eager step on the same inputs and cache, at row counts that
     fill a bucket and that pad one (3 -> 4, 20 -> 24, 33 -> 48): logits agree to bf16 noise

@@ -109,6 +109,38 @@ def test_norm_kernels_equal_the_reference(dtype):
     torch.testing.assert_close(triton_norms.silu_mul(gate_up), want, atol=TOL[dtype], rtol=0)
 
 
+def test_kept_launches_compute_what_tritons_own_launches_do():
+    """INVARIANTS 56 on the GPU: the norm-family kernels on aligned inputs and on views 2
+    bytes off a 16-byte boundary, launched three times each with `engine.triton_launch: bound`
+    (Triton's launch first, then the kept kernel's runner), equal Triton's own launches
+    bit for bit."""
+    from engine.kernels import triton_launch
+
+    gen = torch.Generator(device=CUDA).manual_seed(0)
+    buffer = torch.randn(7 * 1024 + 1, device=CUDA, dtype=torch.bfloat16, generator=gen)
+    weight = torch.rand(1024, device=CUDA, generator=gen) + 0.5
+    gate_up = torch.randn(7, 2 * 3584 + 1, device=CUDA, dtype=torch.bfloat16, generator=gen)
+
+    def run() -> list[torch.Tensor]:
+        out = []
+        for x in (buffer[:-1].view(7, 1024), buffer[1:].view(7, 1024)):  # aligned, then not
+            out += triton_norms.rms_norm(x, weight, 1e-6, x.flip(0).contiguous())
+            out.append(triton_norms.rms_norm(x, weight, 1e-6)[0])
+        for g in (gate_up[:, :-1], gate_up[:, 1:]):
+            out.append(triton_norms.silu_mul(g))
+        return out
+
+    want = run()
+    try:
+        triton_launch.set_launch("bound")
+        for _ in range(3):
+            for got, ref in zip(run(), want, strict=True):
+                assert torch.equal(got, ref)
+        assert triton_norms._rms_norm_kernel.compiled  # the kept kernels were used
+    finally:
+        triton_launch.set_launch("jit")
+
+
 def _relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
     return ((got.cpu().float() - want).abs() / (1 + want.abs())).max().item()
 

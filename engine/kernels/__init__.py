@@ -46,6 +46,7 @@ def build_ops(
     gdn_split: str = "default",
     gdn_split_from_tokens: int = SPLIT_FROM_TOKENS,
     dense_kernel: str = "torch",
+    triton_launch: str = "jit",
 ):
     """The ops object a step's ForwardBatch carries for `model` on `device`; `slots` host
     buffers for the resources that declare `force_double_buffer`; `gdn_prefill` names the
@@ -54,7 +55,8 @@ def build_ops(
     makes the CUDA ops' Gated DeltaNet capturable (engine.piecewise_gdn); `gdn_split` is the
     split kernel's launch configuration (engine.gdn_split, SplitConfig's text), taken by
     `auto` from rows of `gdn_split_from_tokens` new tokens on; `dense_kernel` runs the CUDA
-    ops' dense projections on torch's GEMM or ours for few rows (engine.dense_kernel)."""
+    ops' dense projections on torch's GEMM or ours for few rows (engine.dense_kernel);
+    `triton_launch` sets how this process launches its Triton kernels (engine.triton_launch)."""
     if gdn_prefill not in GDN_PREFILL:
         raise ConfigError(
             f"engine.gdn_prefill must be one of {', '.join(GDN_PREFILL)}, got {gdn_prefill!r}"
@@ -65,7 +67,10 @@ def build_ops(
         from engine.kernels.torch_ops import TORCH_OPS
 
         return TORCH_OPS
-    from engine.kernels.cuda_ops import CudaOps  # imports triton: only where CUDA runs
+    from engine.kernels import triton_launch as launches  # imports triton: CUDA only
+    from engine.kernels.cuda_ops import CudaOps
+
+    launches.set_launch(triton_launch)
 
     return CudaOps(
         model, device, page_size, slots, gdn_prefill, decode_tensor_cores, piecewise_gdn, split,

@@ -29,6 +29,7 @@ from triton.compiler import ASTSource
 from engine.batch import GdnTables
 from engine.kernels import gdn_tables, triton_gdn, triton_gemm, triton_norms, triton_snac
 from engine.kernels.gdn_config import SPLIT_DEFAULT, SplitConfig
+from engine.kernels.triton_launch import BoundKernel
 
 H200 = GPUTarget("cuda", 90, 32)
 H200_SHARED_BYTES = 232_448  # the most shared memory a block may have on sm_90 (227 KiB)
@@ -112,9 +113,10 @@ def recording(launches: list):
     for module in (triton_norms, triton_gdn, triton_snac, triton_gemm):
         for name in dir(module):
             value = getattr(module, name)
-            if isinstance(value, triton.runtime.JITFunction):
+            kernel = value.kernel if isinstance(value, BoundKernel) else value
+            if isinstance(kernel, triton.runtime.JITFunction):
                 swapped.append((module, name, value))
-                setattr(module, name, _Recorder(value, launches))
+                setattr(module, name, _Recorder(kernel, launches))
     try:
         yield
     finally:  # the kernels call helper @triton.jit functions by their global names

@@ -44,9 +44,11 @@ import triton.language as tl
 
 from engine.kernels.gdn_config import SPLIT_DEFAULT, SPLIT_FROM_TOKENS, SplitConfig
 from engine.kernels.gdn_tables import chunk_tables, max_chunks, one_token_prefix
+from engine.kernels.triton_launch import bound
 from engine.layers.sampler import rows_to
 
 
+@bound
 @triton.jit
 def _conv_kernel(
     X, W, STATE, OUT, TOKEN_ROW, CU, CACHED, SLOTS, stride_xt, C,
@@ -76,6 +78,7 @@ def _conv_kernel(
     tl.store(OUT + t * C + cols, out.to(OUT.dtype.element_ty), mask=cmask)
 
 
+@bound
 @triton.jit
 def _conv_state_kernel(
     X, STATE, CU, CACHED, SLOTS, ROWS, stride_xt, C, KW: tl.constexpr, BLOCK_C: tl.constexpr
@@ -99,6 +102,7 @@ def _conv_state_kernel(
         tl.store(base + j, value.to(STATE.dtype.element_ty), mask=cmask & (n > 0))
 
 
+@bound
 @triton.jit
 def _conv_decode_kernel(
     X, W, STATE, OUT, CACHED, SLOTS, stride_xt, C,
@@ -204,6 +208,7 @@ def _row_state_tile(
 _PER_STEP = ["ROW0"]
 
 
+@bound
 @triton.jit(do_not_specialize=_PER_STEP)
 def _gdn_recurrent_kernel(
     QKV, A, B, A_LOG, DT_BIAS, STATE, OUT, CU, CACHED, SLOTS,
@@ -309,6 +314,7 @@ def _launch(
     return out
 
 
+@bound
 @triton.jit(do_not_specialize=_PER_STEP)
 def _gdn_chunked_kernel(
     QKV, A, B, A_LOG, DT_BIAS, STATE, OUT, CU, CACHED, SLOTS,
@@ -431,6 +437,7 @@ def _chunk_queries(QKV, t, live, hk, stride_t, scale, DK: tl.constexpr):
     return q / tl.sqrt(tl.sum(q * q, axis=1) + 1e-6)[:, None] * scale
 
 
+@bound
 @triton.jit
 def _gdn_prepare_kernel(
     QKV, A, B, A_LOG, DT_BIAS, CHUNK_ROW, CHUNK_START, CU, W, U, KD, G, SCORES, CHUNKS,
@@ -519,6 +526,7 @@ def _unit_lower_inverse(lower, count, C: tl.constexpr, LEVELS: tl.constexpr):
     return inverse
 
 
+@bound
 @triton.jit(do_not_specialize=_PER_STEP)
 def _gdn_states_kernel(
     W, U, KD, G, STATE, H, CU, CACHED, SLOTS, FIRST_CHUNK, ROW0, ROW_RANGE, HV,
@@ -569,6 +577,7 @@ def _states_row(
     tl.store(sptr, state.to(STATE.dtype.element_ty), mask=vmask[None, :])
 
 
+@bound
 @triton.jit
 def _gdn_outputs_kernel(
     QKV, A, B, A_LOG, DT_BIAS, CHUNK_ROW, CHUNK_START, CU, U, H, G, SCORES, OUT, CHUNKS,

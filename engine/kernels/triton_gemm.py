@@ -53,6 +53,8 @@ import torch
 import triton
 import triton.language as tl
 
+from engine.kernels.triton_launch import bound
+
 MAX_ROWS = 128  # callers run torch's GEMM above this many rows (prefill steps)
 SMS = 132  # the H200's streaming multiprocessors
 MAX_SPLIT = 8  # partials of at most 8 x M x N fp32 (2 MB at M = 64, N = 1024)
@@ -109,6 +111,7 @@ def plan(m: int, n: int, k: int, split: int | None = None) -> GemmPlan:
     return GemmPlan(block_m, block_n, block_k, k_per_split, split, warps, stages=4)
 
 
+@bound
 @triton.jit(do_not_specialize=["M"])  # a step's rows: one compile per BLOCK_M, not per M % 16
 def _skinny_gemm_kernel(
     X, W, OUT, M, N, K, stride_xm, stride_wn, stride_om, K_PER_SPLIT,
@@ -138,6 +141,7 @@ def _skinny_gemm_kernel(
     tl.store(out, acc.to(OUT.dtype.element_ty), mask=(rows[None, :] < M) & col_ok)
 
 
+@bound
 @triton.jit
 def _split_sum_kernel(P, OUT, M, N, stride_om, SPLIT: tl.constexpr, BLOCK: tl.constexpr):
     """OUT[r, c] = sum over s of P[s, r, c] (fp32, in split order), rounded once."""

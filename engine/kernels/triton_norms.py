@@ -14,7 +14,10 @@ import torch
 import triton
 import triton.language as tl
 
+from engine.kernels.triton_launch import bound
 
+
+@bound
 @triton.jit
 def _rms_norm_kernel(
     X, R, OUT, ROUT, W, stride_x, stride_r, stride_o, N, eps,
@@ -51,6 +54,7 @@ def rms_norm(
     return out, res_out
 
 
+@bound
 @triton.jit
 def _head_norm_rope_kernel(
     X, OUT, W, COS, SIN, stride_xt, stride_xh, H, D, HALF, eps,
@@ -109,6 +113,7 @@ def _heads(x, weight, cos, sin, eps: float) -> torch.Tensor:
     return out
 
 
+@bound
 @triton.jit
 def _gated_norm_kernel(X, Z, OUT, W, stride_zt, H, D, eps, BLOCK: tl.constexpr):
     pid = tl.program_id(0)
@@ -135,6 +140,7 @@ def gated_norm(x: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, eps: floa
     return out
 
 
+@bound
 @triton.jit
 def _silu_mul_kernel(X, OUT, stride_x, N, BLOCK: tl.constexpr):
     row = tl.program_id(0)
@@ -156,6 +162,7 @@ def silu_mul(x: torch.Tensor) -> torch.Tensor:
     return out
 
 
+@bound
 @triton.jit
 def _store_kv_kernel(K, V, KC, VC, SLOT, stride_kt, stride_vt, N, BLOCK: tl.constexpr):
     t = tl.program_id(0)

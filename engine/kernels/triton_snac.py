@@ -25,6 +25,8 @@ import torch
 import triton
 import triton.language as tl
 
+from engine.kernels.triton_launch import bound
+
 # Time steps a program covers (4 warps): the Snake's 8 a thread, 37 registers on sm_90; the
 # fused unit's 2 a thread, 54 registers (4 a thread: 105; 8: 168 and spills, its 7 sines each).
 SNAKE_BLOCK = 1024
@@ -37,6 +39,7 @@ def _snake(x, alpha, inv_alpha):
     return x + inv_alpha * (s * s)
 
 
+@bound
 @triton.jit
 def _snake_kernel(X, OUT, ALPHA, C, T, BLOCK: tl.constexpr):
     row = tl.program_id(0)  # batch row * C + channel
@@ -49,6 +52,7 @@ def _snake_kernel(X, OUT, ALPHA, C, T, BLOCK: tl.constexpr):
     tl.store(OUT + offsets, y.to(OUT.dtype.element_ty), mask=mask)
 
 
+@bound
 @triton.jit
 def _residual_snake_conv_kernel(
     X, OUT, ALPHA1, W, BIAS, ALPHA2, C, T,

@@ -1,0 +1,133 @@
+"""engine/kernels/triton_launch.py (`engine.triton_launch: bound`) on stand-in kernels, no GPU
+or Triton needed: INVARIANTS 56, a kept launch runs the compiled kernel Triton's own launch
+would have found, every parameter by position; any change of what Triton specialises on (a
+tensor's dtype, device or 16-byte alignment, an argument's type or value, a keyword) goes back
+through Triton's launch; off, `[grid]` is the kernel's own."""
+
+from __future__ import annotations
+
+import inspect
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from engine.config import ConfigError, EngineConfig
+from engine.kernels import triton_launch
+from engine.kernels.triton_launch import bound
+
+
+class Compiled:
+    """A compiled kernel's surface: `packed_metadata`, and `[grid]`, its runner."""
+
+    packed_metadata = b""
+
+    def __init__(self, calls: list):
+        self.calls = calls
+
+    def __getitem__(self, grid):
+        return lambda *values: self.calls.append(("runner", grid, values))
+
+
+class StandIn:
+    """A @triton.jit kernel's surface: `params` (name, default) and `kernel[grid](...)`, which
+    records the launch and returns a compiled kernel whose runner records its calls."""
+
+    def __init__(self, returns_compiled: bool = True):
+        empty = inspect.Parameter.empty
+        names = [("X", empty), ("OUT", empty), ("n", empty), ("eps", 1e-6), ("BLOCK", empty),
+                 ("HAS_RES", False)]  # fmt: skip
+        self.params = [SimpleNamespace(name=n, default=d) for n, d in names]
+        self.calls: list[tuple] = []
+        self.compiled = Compiled(self.calls) if returns_compiled else None
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            self.calls.append(("jit", grid, args, kwargs))
+            return self.compiled
+
+        return launch
+
+
+@pytest.fixture
+def kept():
+    triton_launch.set_launch("bound")
+    yield
+    triton_launch.set_launch("jit")
+
+
+def test_off_the_kernels_own_launch_runs_every_time():
+    kernel = StandIn()
+    wrapped = bound(kernel)
+    x = torch.zeros(8)
+    for _ in range(3):
+        wrapped[(4,)](x, x, 8, BLOCK=16)
+    assert [c[0] for c in kernel.calls] == ["jit"] * 3
+    assert wrapped.params is kernel.params  # other attributes are the kernel's
+
+
+def test_a_kept_launch_passes_every_parameter_by_position(kept):
+    """INVARIANTS 56: the second launch of a signature is the runner's, with the constexprs
+    and defaults in the kernel's parameter order, on a 3-d grid."""
+    kernel = StandIn()
+    wrapped = bound(kernel)
+    x, out = torch.zeros(8), torch.zeros(8)
+    assert wrapped[(4,)](x, out, 8, BLOCK=16) is kernel.compiled
+    wrapped[(5, 2)](x, out, 8, BLOCK=16)
+    kind, grid, values = kernel.calls[1]
+    assert kind == "runner" and grid == (5, 2, 1)
+    assert values == (x, out, 8, 1e-6, 16, False)
+    assert [c[0] for c in kernel.calls] == ["jit", "runner"]
+
+
+@pytest.mark.parametrize(
+    "change",
+    ["misaligned", "dtype", "int value", "bool for int", "keyword", "device"],
+)
+def test_whatever_triton_specialises_on_goes_back_through_its_launch(kept, change):
+    """INVARIANTS 56: a signature the kept kernel was not compiled for is Triton's to launch
+    (and then kept too): the next launch of it is the runner's."""
+    kernel = StandIn()
+    wrapped = bound(kernel)
+    buffer = torch.zeros(64, dtype=torch.bfloat16)
+    x, out = buffer[:32], torch.zeros(32, dtype=torch.bfloat16)
+    args, kwargs = [x, out, 32], {"BLOCK": 16}
+    wrapped[(1,)](*args, **kwargs)
+    wrapped[(1,)](*args, **kwargs)
+    if change == "misaligned":  # 2 bytes in: no longer on a 16-byte boundary
+        args[0] = buffer[1:33]
+    elif change == "dtype":
+        args[0] = x.float()
+    elif change == "int value":
+        args[2] = 48
+    elif change == "bool for int":  # equal to 1 and hashed alike, typed apart by Triton
+        args[2] = 1
+        wrapped[(1,)](*args, **kwargs)
+        wrapped[(1,)](*args, **kwargs)
+        args[2] = True
+    elif change == "keyword":
+        kwargs["BLOCK"] = 32
+    elif change == "device":  # a tensor of the same dtype elsewhere
+        args[0] = torch.empty(32, device="meta", dtype=torch.bfloat16)
+    wrapped[(1,)](*args, **kwargs)
+    wrapped[(1,)](*args, **kwargs)
+    kinds = [c[0] for c in kernel.calls]
+    assert kinds[-2:] == ["jit", "runner"], kinds
+
+
+def test_the_interpreters_launch_keeps_nothing(kept):
+    """Under TRITON_INTERPRET a launch returns no compiled kernel: every launch is Triton's."""
+    kernel = StandIn(returns_compiled=False)
+    wrapped = bound(kernel)
+    x = torch.zeros(8)
+    for _ in range(3):
+        wrapped[(1,)](x, x, 8, BLOCK=16)
+    assert [c[0] for c in kernel.calls] == ["jit"] * 3 and not wrapped.compiled
+
+
+def test_the_setting_is_checked():
+    with pytest.raises(ConfigError, match="engine.triton_launch must be one of jit, bound"):
+        EngineConfig(triton_launch="fast")
+    with pytest.raises(ValueError, match="triton_launch must be one of jit, bound"):
+        triton_launch.set_launch("fast")
+    assert EngineConfig().triton_launch == "jit"
