@@ -476,7 +476,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                                                            "64d+1x384")])  # fmt: skip
     parser.add_argument("--paths", nargs="*", choices=PATHS, default=list(PATHS),
                         help="none (--paths alone): only the sweep")  # fmt: skip
-    parser.add_argument("--state-dtypes", nargs="+", choices=["float32", "bfloat16"],
+    parser.add_argument("--state-dtypes", nargs="+", choices=["float32", "bfloat16", "float16"],
                         default=["float32", "bfloat16"])  # fmt: skip
     parser.add_argument(
         "--split", type=parse_split_config, default=SPLIT_DEFAULT, help="e.g. chunk=64"

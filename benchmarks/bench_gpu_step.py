@@ -117,7 +117,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(  # engine.dense_kernel: the dense projections on cuBLAS or ours
         "--dense-kernel", default="torch", choices=list(DENSE_KERNELS)
     )
-    parser.add_argument("--state-dtype", default="float32", choices=["float32", "bfloat16"])
+    parser.add_argument(
+        "--state-dtype", default="float32", choices=["float32", "bfloat16", "float16"]
+    )
     parser.add_argument(  # engine.triton_launch: Triton's own launch, or the kept kernels'
         "--triton-launch", default="jit", choices=list(TRITON_LAUNCHES)
     )

@@ -1,12 +1,14 @@
-"""What a bf16 recurrent state (`engine.state_dtype: bfloat16`) costs in accuracy: greedy
-decodes of the same prompts with the Gated DeltaNet state slots stored in bf16 against fp32.
+"""What a 16-bit recurrent state (`engine.state_dtype: bfloat16` or `float16`) costs in
+accuracy: greedy decodes of the same prompts with the Gated DeltaNet state slots stored in 16
+bits against fp32.
 
     python -m benchmarks.bench_state_accuracy --size 0.8b --requests 16 --prompt 128 --tokens 512
+    python -m benchmarks.bench_state_accuracy --state-dtype float16 ...
 
 Three runs after the fp32 reference (every one the engine's own steps, greedy):
-- free: bf16 state, free-running: per request, the first output position whose token differs
+- free: the 16-bit state, free-running: per request, the first output position whose token differs
   from the reference's (a flip compounds: everything after it differs).
-- forced: bf16 state, teacher-forced (each step's input is the reference's token, whatever it
+- forced: the 16-bit state, teacher-forced (each step's input is the reference's token, whatever it
   chose): the share of positions whose greedy choice equals the reference's, by position band,
   so rounding that accumulates over a long decode shows as a falling band.
 - floor: fp32 state, teacher-forced, the batch one request larger: how often the choice flips
@@ -81,7 +83,10 @@ def agreement_by_band(runs: dict[int, list[int]], reference: dict[int, list[int]
     return bands
 
 
-def measure(size: str, requests: int, prompt: int, tokens: int, seed: int = 0) -> dict:
+def measure(
+    size: str, requests: int, prompt: int, tokens: int, seed: int = 0,
+    state_dtype: str = "bfloat16",
+) -> dict:  # fmt: skip
     gen = torch.Generator().manual_seed(seed)
     vocab = vocab_size(load_scenario("qwen35", size).model)
     prompts = [torch.randint(1, vocab, (prompt,), generator=gen).tolist() for _ in range(requests)]
@@ -97,14 +102,15 @@ def measure(size: str, requests: int, prompt: int, tokens: int, seed: int = 0) -
                 torch.cuda.empty_cache()
 
     reference = run("float32", prompts)
-    free = run("bfloat16", prompts)
-    forced = run("bfloat16", prompts, reference)
+    free = run(state_dtype, prompts)
+    forced = run(state_dtype, prompts, reference)
     floor = run("float32", prompts + extra, reference)
     floor.pop(len(prompts))  # the extra request only changes the batch
     firsts = [first_difference(free[rid], reference[rid]) for rid in reference]
     diverged_at = stats.summarise([f for f in firsts if f is not None])
     return {
-        "size": size, "requests": requests, "prompt": prompt, "tokens": tokens,
+        "size": size, "state_dtype": state_dtype, "requests": requests, "prompt": prompt,
+        "tokens": tokens,
         "free_identical": firsts.count(None),
         "free_first_difference_median": diverged_at.median if diverged_at else None,
         "forced_agreement": agreement_by_band(forced, reference),
@@ -118,8 +124,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--requests", type=int, default=16)
     parser.add_argument("--prompt", type=int, default=128)
     parser.add_argument("--tokens", type=int, default=512)
+    parser.add_argument("--state-dtype", default="bfloat16", choices=["bfloat16", "float16"])
     args = parser.parse_args(argv)
-    print(json.dumps(measure(args.size, args.requests, args.prompt, args.tokens), indent=1))
+    figures = measure(args.size, args.requests, args.prompt, args.tokens,
+                      state_dtype=args.state_dtype)  # fmt: skip
+    print(json.dumps(figures, indent=1))
 
 
 if __name__ == "__main__":

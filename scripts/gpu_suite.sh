@@ -161,8 +161,8 @@ for stage in "${stages[@]}"; do
         | tee -a "$OUT/gdn_bench.log"
       timeout 110 python3 -m benchmarks.bench_gdn_kernels --paths --state-dtypes float32 \
         --sweep --json "$OUT/gdn_sweep.jsonl" 2>&1 | tee -a "$OUT/gdn_bench.log" ;;
-    accuracy)  # engine.state_dtype bfloat16 against float32: greedy agreement at 0.8b
-      # (ACCURACY_ARGS and ACCURACY_TIMEOUT shrink it to fit what is left of a call)
+    accuracy)  # engine.state_dtype bfloat16 (or float16: --state-dtype) against float32: greedy
+      # agreement at 0.8b (ACCURACY_ARGS and ACCURACY_TIMEOUT shrink it to fit a call)
       timeout ${ACCURACY_TIMEOUT:-400} python3 -m benchmarks.bench_state_accuracy --size 0.8b \
         ${ACCURACY_ARGS:---requests 16 --prompt 128 --tokens 512} 2>&1 | tail -n 30 | tee "$OUT/state_accuracy.log" ;;
     gdn)  # our chunked Gated DeltaNet kernel: its tests, then a prefill step on it (profiled)

@@ -204,8 +204,8 @@ def _gdn_layer(dtype, heads=16, dim=128):
 @pytest.mark.parametrize(
     ("dtype", "state_dtype"),
     [(torch.float32, torch.float32), (torch.bfloat16, torch.float32),
-     (torch.bfloat16, torch.bfloat16)],
-    ids=["fp32", "bf16", "bf16-state-bf16"],
+     (torch.bfloat16, torch.bfloat16), (torch.bfloat16, torch.float16)],
+    ids=["fp32", "bf16", "bf16-state-bf16", "bf16-state-fp16"],
 )  # fmt: skip
 def test_gated_deltanet_prefill_then_decode_equals_the_reference(dtype, state_dtype, gdn_prefill):
     """Prefill rows of mixed lengths (one continuing a chunked prefill), a mixed step (two

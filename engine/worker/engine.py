@@ -28,7 +28,7 @@ from engine.worker.step_inputs import StepInputs
 
 log = logging.getLogger("engine.worker")
 # engine.state_dtype: the storage of the recurrent-state slots
-STATE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+STATE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 @dataclass
