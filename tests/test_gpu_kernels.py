@@ -141,6 +141,19 @@ def test_kept_launches_compute_what_tritons_own_launches_do():
         triton_launch.set_launch("jit")
 
 
+@pytest.mark.parametrize("rows", [1, 64, 130])
+def test_argmax_kernel_picks_torchs_first_maximum(rows):
+    """engine/kernels/triton_argmax.py at a decode graph's shape (0.8b's 248,320 ids, bf16),
+    ties across parts and within a block planted: torch.argmax's choice, every row."""
+    from engine.kernels import triton_argmax
+
+    gen = torch.Generator(device=CUDA).manual_seed(rows)
+    x = torch.randn(rows, 248_320, device=CUDA, dtype=torch.bfloat16, generator=gen)
+    x[0, 100_000] = x[0, 200_000] = 9.0
+    x[-1, 5] = x[-1, 9] = 9.0
+    assert torch.equal(triton_argmax.argmax(x), x.argmax(-1))
+
+
 def _relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
     return ((got.cpu().float() - want).abs() / (1 + want.abs())).max().item()
 

@@ -34,6 +34,7 @@ def test_every_triton_kernel_compiles_for_sm90(dtype):
         "_gdn_recurrent_kernel",
         "_gdn_chunked_kernel", "_gdn_prepare_kernel", "_gdn_states_kernel", "_gdn_outputs_kernel",
         "_snake_kernel", "_residual_snake_conv_kernel",
+        "_argmax_parts_kernel", "_argmax_pick_kernel",
     }  # fmt: skip
     assert compiled == wanted
     # the capturable Gated DeltaNet op's launches (engine.piecewise_gdn), bounds on the device

@@ -615,3 +615,34 @@ def test_rotary_kernels_in_the_interpreter_equal_the_reference():
         assert result["norm_rope"] <= tol, (name, result)
         assert result["dtype"] == "torch." + name.split("-")[0] and result["contiguous"], name
         assert result["untouched"], name
+
+
+ARGMAX = """
+import json
+import torch
+from engine.kernels import triton_argmax
+
+torch.manual_seed(0)
+report = {}
+for n in (248_320, 5_000, 4_096, 17):  # 0.8b's vocabulary, a ragged last part, one part, tiny
+    for dtype in (torch.bfloat16, torch.float32):
+        x = torch.randn(5, n).to(dtype)
+        x[1, n // 2] = x[1, n - 1] = 9.0  # a tie across parts: the first column wins
+        x[2, 3] = x[2, 7] = 9.0  # a tie within one block
+        x[3] = float("-inf")  # nothing finite: column 0, as torch picks
+        x[4, n - 1] = 9.0  # the maximum in the last column
+        got = triton_argmax.argmax(x)
+        report[f"{n}-{dtype}"] = got.tolist() == x.argmax(-1).tolist() and got.dtype == torch.int64
+x = torch.randn(3, 2 * 5_000)[:, :5_000]  # rows strided
+report["strided"] = triton_argmax.argmax(x).tolist() == x.argmax(-1).tolist()
+report["no rows"] = triton_argmax.argmax(torch.zeros(0, 10)).shape == (0,)
+print(json.dumps(report))
+"""
+
+
+def test_argmax_kernel_in_the_interpreter_equals_torchs_first_maximum():
+    """engine/kernels/triton_argmax.py against torch.argmax: 0.8b's vocabulary and ragged ones,
+    bf16 and fp32, ties across parts and within a block (the first column), a row of -inf,
+    the maximum in the last column, strided rows, no rows."""
+    report = _interpret(ARGMAX)
+    assert all(report.values()), report

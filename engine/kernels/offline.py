@@ -27,7 +27,14 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 from engine.batch import GdnTables
-from engine.kernels import gdn_tables, triton_gdn, triton_gemm, triton_norms, triton_snac
+from engine.kernels import (
+    gdn_tables,
+    triton_argmax,
+    triton_gdn,
+    triton_gemm,
+    triton_norms,
+    triton_snac,
+)
 from engine.kernels.gdn_config import SPLIT_DEFAULT, SplitConfig
 from engine.kernels.triton_launch import BoundKernel
 
@@ -110,7 +117,7 @@ class _Recorder:
 def recording(launches: list):
     """Every @triton.jit function of the kernel modules swapped for a recorder, and back."""
     swapped = []
-    for module in (triton_norms, triton_gdn, triton_snac, triton_gemm):
+    for module in (triton_norms, triton_gdn, triton_snac, triton_gemm, triton_argmax):
         for name in dir(module):
             value = getattr(module, name)
             kernel = value.kernel if isinstance(value, BoundKernel) else value
@@ -263,6 +270,7 @@ def _run_wrappers(dtype: torch.dtype) -> None:
     cache = torch.zeros(64, 16, 2, 256, dtype=dtype)
     kv = torch.zeros(tokens, 2, 256, dtype=dtype)
     triton_norms.store_kv(kv, kv, cache, cache, torch.zeros(tokens, dtype=torch.int64))
+    triton_argmax.argmax(torch.zeros(64, 248_320, dtype=dtype))  # a decode graph's greedy choice
     step = _gdn_step(dtype)
     meta = step.meta
     triton_gdn.causal_conv(step.mixed, *step.conv, meta)

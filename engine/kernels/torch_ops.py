@@ -63,5 +63,10 @@ class TorchOps:
 
     sample = staticmethod(sample)
 
+    @staticmethod
+    def argmax(logits: torch.Tensor) -> torch.Tensor:
+        """Each row's greedy choice (the first maximum), [R] int64."""
+        return logits.argmax(-1)
+
 
 TORCH_OPS = TorchOps()

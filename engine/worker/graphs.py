@@ -105,7 +105,7 @@ class DecodeGraphs:
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=pool):
             logits = self.model(batch, self.cache, float32=False)
-            tokens = logits.argmax(-1) if self.greedy else None
+            tokens = self.ops.argmax(logits) if self.greedy else None
         return slot, CapturedStep(graph, logits, tokens)
 
     def replay(self, rows, fed=None, feed_index=None) -> CapturedStep:
