@@ -45,6 +45,8 @@ class BoundKernel:
         self.compiled: dict[tuple, object] = {}
 
     def __getattr__(self, name: str):  # fn, arg_names, params, ...: the kernel's own
+        if name == "kernel":  # not set yet (a copy being built): no recursion through it
+            raise AttributeError(name)
         return getattr(self.kernel, name)
 
     def __getitem__(self, grid):
