@@ -48,10 +48,7 @@ from engine.worker.main import build_engine
 
 
 def _step(engine: Engine) -> int:
-    rows = engine.scheduler.schedule()
-    pending = engine.launch(rows)
-    pending.wait()
-    engine.step_finished(pending.to_host())
+    rows, _ = engine.run_step()
     return len(rows)
 
 

@@ -54,10 +54,7 @@ def greedy(
         engine.add_request(msg, prompt).handle = rid
     chosen: dict[int, list[int]] = {rid: [] for rid in range(len(prompts))}
     while engine.scheduler.has_work():
-        pending = engine.launch(engine.scheduler.schedule())
-        pending.wait()
-        out = pending.to_host()
-        engine.step_finished(out)
+        _, out = engine.run_step()
         for rid, token in zip(out.rids.tolist(), out.tokens.tolist(), strict=True):
             request = engine.requests[rid]
             chosen[rid].append(token)

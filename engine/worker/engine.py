@@ -227,6 +227,19 @@ class Engine:
             rows, sampled, tokens, logprobs if want_logprobs else None, self.requests
         )
 
+    def run_step(self) -> tuple[list[ScheduledRow], StepOutput | None]:
+        """One step of the strict loop without the runtime: schedule, launch, wait, the host
+        copy, the tokens recorded; the start-up warmup's and the step benchmarks'. Nothing
+        scheduled: nothing launched, ([], None)."""
+        rows = self.scheduler.schedule()
+        if not rows:
+            return rows, None
+        pending = self.launch(rows)
+        pending.wait()
+        out = pending.to_host()
+        self.step_finished(out)
+        return rows, out
+
     def step_finished(self, output: StepOutput) -> None:
         for rid, token in zip(output.rids.tolist(), output.tokens.tolist(), strict=True):
             self.requests[rid].tokens.append(token)

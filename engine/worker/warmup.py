@@ -57,13 +57,9 @@ def warm_up(worker: Worker) -> str:
         for msg in arrivals.pop(0) if arrivals else []:
             # the handle only labels its rows' output: they never reach the postprocess
             engine.add_request(msg, list(msg.prompt)).handle = msg.rid
-        rows = engine.scheduler.schedule()
-        if not rows:
+        rows, out = engine.run_step()
+        if out is None:
             continue
-        pending = engine.launch(rows)
-        pending.wait()
-        out = pending.to_host()
-        engine.step_finished(out)
         for rid in out.rids.tolist():
             if engine.requests[rid].num_output >= engine.requests[rid].max_tokens:
                 engine.remove_request(rid)
