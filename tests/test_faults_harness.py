@@ -36,7 +36,7 @@ from harness.measure.event_loop import run_loop
 from harness.measure.http_client import Endpoint, Lane
 from harness.measure.lanes import Progress
 from harness.measure.mock.server import MockConfig, MockServer
-from harness.measure.preflight import steady_window, window_note
+from harness.measure.preflight import check_window, steady_window
 from harness.measure.runner import Watch
 from harness.measure.server import free_port
 from harness.results import load_run
@@ -296,14 +296,14 @@ def test_a_window_shorter_than_a_request_is_a_note_before_the_run():
 
     load = load_scenario("qwen35", "0.8b").load
     short = build_requests(load, 1000, 128, seed=load.seed)
-    note = window_note(short, 64, 32)
+    note = check_window(short, 64, 32)
     assert note is not None and note.startswith("at -c 64 the steady window (~")
     assert "shorter than the longest request (512 tokens)" in note
     fewest = int(note.split("give --requests ")[1].split()[0])
     assert 96 < fewest <= 320  # more than this run's measured requests, within the fix's
     longer = build_requests(load, 1000, 32 + fewest, seed=load.seed)
-    assert window_note(longer, 64, 32) is None  # the advice suffices
-    assert window_note(build_requests(load, 1000, 384, seed=load.seed), 64, 64) is None
+    assert check_window(longer, 64, 32) is None  # the advice suffices
+    assert check_window(build_requests(load, 1000, 384, seed=load.seed), 64, 64) is None
 
 
 def test_the_steady_window_model():

@@ -21,7 +21,7 @@ WINDOW_CHECK_MAX = 20_000  # longer sequences are not modelled (their window is 
 
 def preflight(plan: RunPlan, engines: Mapping[str, Scenario | None]) -> list[str]:
     """Raise a BenchError when the run cannot give a result; else the notes on what it will
-    give less of (`window_note`). `engines` holds each arm's resolved scenario by letter
+    give less of (`check_window`). `engines` holds each arm's resolved scenario by letter
     (None for a URL arm, whose server is asked instead)."""
     for letter, arm in sorted(plan.arms.items()):
         if arm.kind == "url":
@@ -35,11 +35,8 @@ def preflight(plan: RunPlan, engines: Mapping[str, Scenario | None]) -> list[str
     if plan.duration_s is None and len(plan.requests) <= WINDOW_CHECK_MAX:
         loads = [plan.load(slot) for slot in range(len(plan.letters))]
         closed = {load.concurrency for load in loads if load.arrivals is None}
-        notes = []
-        for concurrency in sorted(closed):  # the open loop's window is its arrivals'
-            check_window(plan.requests, concurrency, plan.warmup)
-            notes += filter(None, [window_note(plan.requests, concurrency, plan.warmup)])
-        return notes
+        notes = (check_window(plan.requests, c, plan.warmup) for c in sorted(closed))
+        return [note for note in notes if note]  # the open loop's window is its arrivals'
     return []
 
 
@@ -73,39 +70,33 @@ def longest(requests: Sequence[RequestSpec]) -> tuple[int, int]:
     return max(sizes, key=sum, default=(0, 0))
 
 
-def check_window(requests: Sequence[RequestSpec], concurrency: int, warmup: int) -> None:
-    """Refuse a load whose closed loop has no steady window even in `steady_window`'s model."""
+def check_window(requests: Sequence[RequestSpec], concurrency: int, warmup: int) -> str | None:
+    """Refuse a load whose closed loop has no steady window even in `steady_window`'s model;
+    note one shorter than the load's longest request: the run's throughput stands, but few
+    requests (none, below the shortest) are both sent and ended inside a server's window, so
+    its TTFT, TPOT and E2E percentiles have few samples or none (session 9: 128 requests at
+    -c 64, 2 a client). None when the window has room. Either says the fewest `--requests`
+    whose modelled window lasts one longest request."""
     lengths = [requests[i].max_tokens for i in range(len(requests))]
-    if steady_window(lengths, concurrency, warmup) > 0:
-        return
+    window = steady_window(lengths, concurrency, warmup)
+    if window and window >= max(lengths):
+        return None
+    enough = _fewest_measured(requests, concurrency, warmup, max(lengths))
+    advice = f"--requests {enough} or more" if enough is not None else "more --requests"
+    if window > 0:
+        return (
+            f"at -c {concurrency} the steady window (~{window} steps, modelled) is shorter than "
+            f"the longest request ({max(lengths)} tokens): few requests or none will both start "
+            f"and end inside it, so its TTFT, TPOT and E2E percentiles may be empty (its "
+            f"throughput stands); for them give {advice}"
+        )
     measured = len(requests) - warmup
     if len(requests) < concurrency:
         why = f"{len(requests)} requests in all never keep {concurrency} in flight"
     else:
         why = f"the last of {warmup} warmup requests ends after the {measured} measured run out"
-    advice = "give more --requests"
-    enough = _fewest_measured(requests, concurrency, warmup, max(lengths))
-    if enough is not None:
-        advice = f"give --requests {enough} or more"
-    raise BenchError(f"no steady window at -c {concurrency}: {why}; {advice}, or fewer --warmup")
-
-
-def window_note(requests: Sequence[RequestSpec], concurrency: int, warmup: int) -> str | None:
-    """A note when the modelled steady window is shorter than the load's longest request:
-    the run's throughput stands, but few requests (none, below the shortest) are both sent and
-    ended inside a server's window, so its TTFT, TPOT and E2E percentiles have few samples or
-    none (session 9: 128 requests at -c 64, 2 a client). None when the window has room."""
-    lengths = [requests[i].max_tokens for i in range(len(requests))]
-    window = steady_window(lengths, concurrency, warmup)
-    if window >= max(lengths, default=0):
-        return None
-    enough = _fewest_measured(requests, concurrency, warmup, max(lengths))
-    advice = f"--requests {enough} or more" if enough is not None else "more --requests"
-    return (
-        f"at -c {concurrency} the steady window (~{window} steps, modelled) is shorter than the "
-        f"longest request ({max(lengths)} tokens): few requests or none will both start and end "
-        f"inside it, so its TTFT, TPOT and E2E percentiles may be empty (its throughput "
-        f"stands); for them give {advice}"
+    raise BenchError(
+        f"no steady window at -c {concurrency}: {why}; give {advice}, or fewer --warmup"
     )
 
 
