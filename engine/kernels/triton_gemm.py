@@ -59,6 +59,7 @@ MAX_ROWS = 128  # callers run torch's GEMM above this many rows (prefill steps)
 SMS = 132  # the H200's streaming multiprocessors
 MAX_SPLIT = 8  # partials of at most 8 x M x N fp32 (2 MB at M = 64, N = 1024)
 DTYPES = (torch.bfloat16, torch.float16)
+
 # The dense GEMMs of a decode step, (N, K), as the CUDA ops run them (packed where packed): the
 # shapes the compile test, the GPU tests and benchmarks/bench_gemm.py take.
 SHAPES = {
