@@ -3,9 +3,11 @@ the plots as real PNGs, the HTML self-contained, summary.json read and never rew
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
+import pandas as pd
 import pytest
 from PIL import Image
 from rich.console import Console
@@ -237,3 +239,88 @@ def test_an_interval_of_few_replicates_prints_its_far_bounds_as_past_a_limit():
     assert change_text(near) == "+4.5% (-7.5..+18.0%)"
     edge = Change(1.0, 0.001, 10.99, 1, ONE_BLOCK, 1, "not enough data")  # exactly at the limits
     assert change_text(edge) == "+0.0% (-99.9..+999.0%)"
+
+
+def test_a_speech_servers_output_over_time_is_its_seconds_of_audio():
+    """The timeline's top panel for a speech load: each piece of PCM at its arrival, as seconds
+    of audio (24 kHz, 16-bit: 48,000 bytes a second); the other server's and a failed request's
+    pieces left out. A token load's arrivals are one token each."""
+    from harness.show.report import series
+
+    requests = pd.DataFrame(
+        {
+            "block": [0, 0, 0, 0],
+            "slot": [1, 1, 1, 2],
+            "status": [200, 200, 500, 200],
+            "error": [None, None, None, None],
+            "audio_times_s": [[0.5, 1.0], [0.7], [0.8], [0.9]],
+            "audio_bytes": [[48_000, 24_000], [4_800], [48_000], [48_000]],
+            "token_times_s": [[0.1, 0.2], [0.3], [0.4], [0.5]],
+        }
+    )
+    server = pd.Series({"block": 0, "slot": 1})
+    times, seconds = series._arrivals(requests, server, audio=True)
+    pieces = sorted(zip(times.tolist(), seconds.tolist(), strict=True))
+    assert pieces == [(0.5, 1.0), (0.7, 0.1), (1.0, 0.5)]
+    times, tokens = series._arrivals(requests, server, audio=False)
+    assert sorted(times.tolist()) == [0.1, 0.2, 0.3] and tokens.tolist() == [1.0, 1.0, 1.0]
+
+
+def test_the_timeline_shows_each_arms_median_server_by_the_headline(tmp_path):
+    """The server drawn over time for each arm is the one with the median headline figure
+    (the lower of two), not by tok/s: a speech run's headline is audio-seconds/s."""
+    from harness.results import load_run
+    from harness.show.report import series
+    from harness.show.report.evidence import Evidence
+
+    write_run(tmp_path / "run", [100.0, 300.0, 200.0, 400.0, 500.0, 250.0, 220.0, 600.0])
+    manifest, frames = load_run(tmp_path / "run")
+    comparison = load_summary(tmp_path / "run")
+    headline = next(f for f in comparison.figures if f.figure == comparison.headline)
+    # a token rate that orders the servers the other way, as a speech run's (no tokens) can
+    by_letter = {
+        "A": iter([-v for v in headline.servers_a]),
+        "B": iter([-v for v in headline.servers_b]),
+    }
+    comparison.servers = [
+        dataclasses.replace(s, output_tok_per_s=next(by_letter[s.letter]))
+        for s in comparison.servers
+    ]
+    picks = series.median_servers(Evidence(manifest, frames, comparison))
+    for letter, values in (("A", headline.servers_a), ("B", headline.servers_b)):
+        ordered = [s for s in comparison.servers if s.letter == letter]
+        lower_median = sorted(values)[(len(values) - 1) // 2]
+        chosen = ordered[values.index(lower_median)]
+        assert (picks[letter].block, picks[letter].slot) == (chosen.block, chosen.slot)
+
+
+def test_batch_windows_are_drawn_from_the_loads_start(tmp_path):
+    """A span window begun before the load (the worker's first, over its start-up) is drawn
+    from the load's start; one that ended before it (no load step in it) is not drawn."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from harness.results import load_run
+    from harness.show.report import series
+
+    write_run(tmp_path / "run", RATES[:4])
+    _, frames = load_run(tmp_path / "run")
+    server = frames["servers"].iloc[1]
+    spans = frames["spans"].copy()
+    mine = (spans["block"] == server.block) & (spans["slot"] == server.slot)
+    first_end = spans.loc[mine, "end_unix"].min()
+    opening = mine & (spans["end_unix"] == first_end)
+    spans.loc[opening, "start_unix"] = server.t0_unix - 30.0  # begun at the worker's start
+    idle = spans[opening].assign(start_unix=server.t0_unix - 60, end_unix=server.t0_unix - 31)
+    spans = pd.concat([spans, idle])
+    _, ax = plt.subplots()
+    assert series._batch(ax, spans, server, "black")
+    segments = [s for c in ax.collections for s in c.get_segments()]
+    starts = sorted(float(seg[0][0]) for seg in segments)
+    before = frames["spans"]
+    windows = before[mine & (before["name"] == "worker.rows_per_step")]
+    assert len(segments) == len(windows)  # the idle window not among them
+    assert starts[0] == 0.0 and all(x >= 0 for x in starts)
+    plt.close("all")

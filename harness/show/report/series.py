@@ -1,5 +1,6 @@
 """Plots of the raw rows: TTFT and ITL distributions per arm, and one server of each arm over
-time (tok/s from token arrival times, batch size from the span windows)."""
+time (tok/s from token arrival times, or audio-seconds/s from PCM arrivals for a speech load;
+batch size from the span windows)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pandas as pd
 from engine import spans as names
 from harness.analysis import metrics, phases
 from harness.analysis.schema import LETTERS
+from harness.analysis.summary import speaks
 from harness.show.report import style
 from harness.show.report.style import COLORS
 
@@ -66,14 +68,16 @@ def latency_cdfs(evidence: Evidence):
 
 
 def timeline(evidence: Evidence):
-    """tok/s and batch size over time for one server of each arm (its median by steady tok/s);
-    shaded: the server's steady window."""
+    """Output and batch size over time for one server of each arm (its median by the headline
+    figure); shaded: the server's steady window. The output is tok/s, or for a speech load
+    audio-seconds/s (each piece of PCM counted at its arrival, as the headline counts it)."""
     picks = median_servers(evidence)
     if not picks:
-        return "over time: no server with a steady tok/s"
+        return "over time: no server with a steady headline figure"
+    audio = speaks(evidence.manifest)
     requests, spans = evidence.frames["requests"], evidence.frames["spans"]
-    times = {x: _token_times(requests, s) for x, s in picks.items()}
-    duration = max([t.max() for t in times.values() if t.size] + [1.0])
+    arrivals = {x: _arrivals(requests, s, audio) for x, s in picks.items()}
+    duration = max([t.max() for t, _ in arrivals.values() if t.size] + [1.0])
     width = next((w for w in BIN_WIDTHS_S if duration / w <= MAX_BINS), BIN_WIDTHS_S[-1])
     edges = np.arange(0.0, duration + width, width)
     figure, axes = style.subplots(2, 1, 4.8, sharex=True)
@@ -82,14 +86,16 @@ def timeline(evidence: Evidence):
     for letter, server in picks.items():
         color = COLORS[letter]
         name = f"{label(evidence, letter)} (b{server.block} s{server.slot})"
-        counts, _ = np.histogram(times[letter], bins=edges)
-        top.stairs(counts / width, edges, color=color, lw=1.5, label=name)
+        times, amounts = arrivals[letter]
+        totals, _ = np.histogram(times, bins=edges, weights=amounts)
+        top.stairs(totals / width, edges, color=color, lw=1.5, label=name)
         if pd.notna(server.steady_start_s) and pd.notna(server.steady_end_s):
             for ax in (top, bottom):
                 ax.axvspan(server.steady_start_s, server.steady_end_s, color=color, alpha=0.08)
         if not _batch(bottom, spans, server, color):
             missing.append(f"{letter}: no spans")
-    top.set_ylabel(f"output tok/s ({width:g} s bins)")
+    output = "audio-seconds/s" if audio else "output tok/s"
+    top.set_ylabel(f"{output} ({width:g} s bins)")
     top.set_title("One server per arm over time (shaded: steady window)", loc="left")
     top.set_ylim(0, top.get_ylim()[1] * 1.3)  # room for the legend above the lines
     top.legend(loc="upper right", fontsize=9, frameon=False, ncols=2)
@@ -102,33 +108,51 @@ def timeline(evidence: Evidence):
     bottom.set_ylim(bottom=0)
     if missing:
         bottom.text(0.99, 0.05, "; ".join(missing), transform=bottom.transAxes, ha="right")
+    what = "seconds of audio" if audio else "output tokens"
     caption = (
-        f"Top: output tokens of completed requests (warmup included) per {width:g} s."
-        " Bottom: mean rows per worker step in each span window."
+        f"Top: {what} of completed requests (warmup included) per {width:g} s."
+        " Bottom: mean rows per worker step in each span window (from the load's start: a"
+        " window begun before it is drawn from there)."
     )
-    return figure, "tok/s and batch size over time", caption
+    return figure, f"{output} and batch size over time", caption
 
 
 def median_servers(evidence: Evidence) -> dict[str, pd.Series]:
-    """The server record of each letter with the median steady tok/s (the lower median)."""
+    """The server record of each letter with the median headline figure (the lower median),
+    among the servers that have one."""
+    c = evidence.comparison
+    headline = next((f for f in c.figures if f.figure == c.headline), None)
+    if headline is None:
+        return {}
     servers = evidence.frames["servers"]
     picks = {}
-    for letter in LETTERS:
-        rated = [s for s in evidence.comparison.servers if s.letter == letter and _rated(s)]
+    for letter, values in (("A", headline.servers_a), ("B", headline.servers_b)):
+        ordered = [s for s in c.servers if s.letter == letter]  # values' order: the schedule's
+        rated = [(v, s) for v, s in zip(values, ordered, strict=True) if _finite(v)]
         if rated:
-            median = sorted(rated, key=lambda s: s.output_tok_per_s)[(len(rated) - 1) // 2]
+            _, median = sorted(rated, key=lambda pair: pair[0])[(len(rated) - 1) // 2]
             match = (servers["block"] == median.block) & (servers["slot"] == median.slot)
             picks[letter] = servers[match].iloc[0]
     return picks
 
 
-def _rated(server) -> bool:
-    return server.output_tok_per_s is not None and math.isfinite(server.output_tok_per_s)
+def _finite(value) -> bool:
+    return value is not None and math.isfinite(value)
 
 
-def _token_times(requests: pd.DataFrame, server: pd.Series) -> np.ndarray:
+def _arrivals(requests: pd.DataFrame, server: pd.Series, audio: bool):
+    """When the server's successful requests received output (seconds since its load started)
+    and how much each arrival was: one token, or seconds of audio (its PCM bytes)."""
     rows = requests[(requests["block"] == server.block) & (requests["slot"] == server.slot)]
-    return metrics.token_times(rows[metrics.ok(rows)])
+    rows = rows[metrics.ok(rows)]
+    if not audio:
+        times = metrics.token_times(rows)
+        return times, np.ones_like(times)
+    pieces = [np.asarray(t, dtype=float) for t in rows["audio_times_s"]]
+    sizes = [np.asarray(b, dtype=float) for b in rows["audio_bytes"]]
+    if not pieces:
+        return np.empty(0), np.empty(0)
+    return np.concatenate(pieces), np.concatenate(sizes) / metrics.PCM_BYTES_PER_S
 
 
 def _batch(ax, spans: pd.DataFrame, server: pd.Series, color: str) -> bool:
@@ -142,5 +166,6 @@ def _batch(ax, spans: pd.DataFrame, server: pd.Series, color: str) -> bool:
     if means.empty:
         return False
     start, end = means["start_unix"] - server.t0_unix, means["end_unix"] - server.t0_unix
-    ax.hlines(means["mean"], start, end, color=color, lw=2)
+    during = end > 0  # a window over the start-up alone (before the load) holds no load step
+    ax.hlines(means["mean"][during], start[during].clip(lower=0), end[during], color=color, lw=2)
     return True
