@@ -120,6 +120,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(  # engine.triton_launch: Triton's own launch, or the kept kernels'
         "--triton-launch", default="jit", choices=list(TRITON_LAUNCHES)
     )
+    parser.add_argument(  # engine.masked_head: a masked node's logits over its span alone
+        "--masked-head", action=argparse.BooleanOptionalAction, default=False
+    )
     parser.add_argument("--prefill", nargs="*", default=[], metavar="RxL")
     parser.add_argument("--profile", default=None, help="write a profiler table here")
     parser.add_argument(
@@ -138,7 +141,7 @@ def main(argv: list[str] | None = None) -> None:
         gdn_prefill=args.gdn_prefill, gdn_split=args.gdn_split,
         decode_tensor_cores=args.decode_tensor_cores, state_dtype=args.state_dtype,
         dense_kernel=args.dense_kernel, triton_launch=args.triton_launch,
-        max_rows=args.batch + max((int(p.split("x")[0]) for p in args.prefill), default=0),
+        masked_head=args.masked_head, max_rows=args.batch + max((int(p.split("x")[0]) for p in args.prefill), default=0),
     )  # fmt: skip
     for _ in range(args.warmup):
         _step(engine)
@@ -152,7 +155,7 @@ def main(argv: list[str] | None = None) -> None:
         f"decode step, size {scenario.size}, batch {args.batch}, context {args.context}, "
         f"kernels {engine.ops.name}, graphs {engine.graphs is not None}, decode tensor cores "
         f"{args.decode_tensor_cores}, state {args.state_dtype}, dense {args.dense_kernel}, "
-        f"triton launch {args.triton_launch}: "
+        f"triton launch {args.triton_launch}, masked head {engine.first_logit > 0}: "
         f"{stats.render(decode)} over "
         f"{decode.n} steps = {args.batch / decode.median * 1e3:,.0f} tok/s{_mask_note(engine)}"
     )

@@ -64,6 +64,7 @@ class Settings:
     profile_iterations: int = 0  # 0: no profile
     codec_graphs: bool | None = None  # None: the scenario's
     codec_overlap: bool | None = None
+    masked_head: bool | None = None
 
 
 @dataclass
@@ -115,7 +116,7 @@ def measure(settings: Settings) -> IterationRun:
     scenario = load_scenario("orpheus", settings.size)
     config = replace(scenario.engine, overlap=settings.loop == "overlapped")
     chosen = {"device": settings.device, "codec_graphs": settings.codec_graphs,
-              "codec_overlap": settings.codec_overlap}  # fmt: skip
+              "codec_overlap": settings.codec_overlap, "masked_head": settings.masked_head}  # fmt: skip
     config = replace(config, **{key: value for key, value in chosen.items() if value is not None})
     threads = torch.get_num_threads()
     if config.device == "cpu":  # as the worker process runs on a CPU
@@ -132,7 +133,8 @@ def _run(worker: Worker, sent: Sent, settings: Settings, arch: str) -> Iteration
     config, (stage,) = worker.engine.config, worker.stages
     built = (
         f"device {config.device}, LLM graphs {worker.engine.graphs is not None}, codec graphs "
-        f"{stage.graphs is not None}, codec overlap {stage.overlap}"
+        f"{stage.graphs is not None}, codec overlap {stage.overlap}, masked head "
+        f"{worker.engine.first_logit > 0}"
     )
     run = IterationRun(settings, built)
     group = math.ceil(settings.requests / FRAME_TOKENS)
@@ -266,6 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--iterations", type=positive_int, default=100)
     parser.add_argument("--codec-graphs", action=argparse.BooleanOptionalAction, default=None)
     parser.add_argument("--codec-overlap", action=argparse.BooleanOptionalAction, default=None)
+    parser.add_argument("--masked-head", action=argparse.BooleanOptionalAction, default=None)
     parser.add_argument("--profile", default=None, help="write the profile tables here")
     parser.add_argument(  # one frame's worth: the codec's windows come in a 7-iteration cycle
         "--profile-iterations", type=positive_int, default=FRAME_TOKENS
@@ -278,6 +281,7 @@ def main(argv: list[str] | None = None) -> int:
         settings = Settings(
             size, args.device, loop, args.requests, args.prompt, args.warmup, args.iterations,
             args.profile_iterations if args.profile else 0, args.codec_graphs, args.codec_overlap,
+            args.masked_head,
         )  # fmt: skip
         try:
             run = measure(settings)

@@ -110,6 +110,12 @@ class EngineConfig:
     # LM head alone, the one shape where the H200 measured it ahead: 3b's 156,940 x 3072 at 64
     # rows, 247 against 364 us). Ignored by the torch reference.
     dense_kernel: str = "torch"
+    # A node whose logit mask never leaves a span of the vocabulary (Orpheus: its 28,672 audio
+    # codes of 156,940 ids) gets logits of that span only: the LM head's product over those
+    # rows of its weight (engine/models/decoder.py `CausalLM.restrict_head`). The same windows
+    # are sampled from the same logits; the head's weight read shrinks 5.5x at 3b (~1 GB a
+    # step). Ignored by a node that declares no span. Off until measured on a GPU.
+    masked_head: bool = False
     # How the CUDA ops launch their Triton kernels (engine/kernels/triton_launch.py): "jit"
     # (Triton's own launch, which finds the compiled kernel on every call) or "bound" (the
     # compiled kernel kept per call signature, its launcher called directly: less host time a

@@ -2,7 +2,7 @@
 # Every GPU test and benchmark of the project, for one `device` run (see docs/BENCHMARKS.md):
 #   bash scripts/gpu_suite.sh STAGE...  STAGE: tests | models | quick | step | prefill | options | mixed |
 #   splitstep | splittune | stacks | accuracy | gdn | gdncap | gdnbench | run | evidence | orpheus |
-#   orpheus_step | orpheus_iter | codec | codec_overlap | codec_kernels | gemm | launch | kept |
+#   orpheus_step | orpheus_iter | masked | codec | codec_overlap | codec_kernels | gemm | launch | kept |
 #   recurrent | all
 # with carry [".whl", ".jitcache"]. Logs go under $OUT (default ./gpu-out). JIT caches
 # (FlashInfer, Triton) are restored from .jitcache/ when present and saved to $OUT/jit-*.
@@ -304,6 +304,19 @@ for stage in "${stages[@]}"; do
         timeout 50 python3 -m benchmarks.bench_gdn_kernels --paths triton triton_split \
           --shapes 1x128 1x384 4x256 --state-dtypes float32 --triton-launch $launch 2>&1 \
           | tee -a "$OUT/gdn_launch.log"
+      done ;;
+    masked)  # engine.masked_head (the LM head over Orpheus's audio codes alone): its GPU test
+      # and the whole-head one beside it, then Orpheus 3b's LLM decode step (batch 64, context
+      # 256, graphs, tensor-core decode as the 3b size runs it) with the whole head and the
+      # masked one, profiled (the GPU's busy time a step). Guards: 150 + 2 x 160 s.
+      timeout 150 python3 -m pytest -m gpu -v tests/test_gpu.py \
+        -k "masked_head or tiny_orpheus_on_cuda_equals" 2>&1 \
+        | grep -E "PASSED|FAILED|ERROR|passed|failed|Error" | tee "$OUT/masked_tests.log"
+      for mh in --no-masked-head --masked-head; do
+        timeout 160 python3 -m benchmarks.bench_gpu_step --scenario orpheus --size 3b \
+          --batch 64 --context 256 --graphs --decode-tensor-cores $mh \
+          --profile "$OUT/orpheus_step${mh//-/}.txt" 2>&1 \
+          | grep -E "decode step|GPU busy|Error|error" | tee -a "$OUT/orpheus_step.log"
       done ;;
     launch)  # what one launch costs the host (torch op, cuBLAS GEMM, Triton JIT and bound
       # runner, our wrappers): the eager step's host time divided among its launches

@@ -372,6 +372,24 @@ def test_tiny_orpheus_on_cuda_equals_the_cpu_reference(overlap, codec_kernels):
         assert got.shape == want.shape and np.abs(got - want).max(initial=0) <= 2, rid
 
 
+def test_tiny_orpheus_with_the_masked_head_on_cuda_equals_the_whole_heads_cpu_run():
+    """`engine.masked_head` on CUDA (the LM head's GEMM over the audio codes' rows alone,
+    through CudaOps, overlapped loop; fp32, so no decode graphs: `bench_gpu_step --scenario
+    orpheus --graphs --masked-head` runs it captured at 3b): the audio tokens and PCM of the
+    CPU worker with the whole head, as test_tiny_orpheus_on_cuda_equals_the_cpu_reference
+    holds the whole head's."""
+    lengths = [28, 35, 41, 56]
+    cpu_tokens, cpu_pcm, _ = _orpheus_on("cpu", False, lengths, masked_head=False)
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
+        cuda_tokens, cuda_pcm, worker = _orpheus_on("cuda", True, lengths, masked_head=True)
+    assert worker.engine.first_logit > 0
+    assert cuda_tokens == cpu_tokens
+    for rid in cpu_pcm:
+        want = np.frombuffer(cpu_pcm[rid], dtype="<i2")
+        got = np.frombuffer(cuda_pcm[rid], dtype="<i2")
+        assert _max_pcm_difference(got, want) <= 2, rid
+
+
 def _max_pcm_difference(a, b) -> int:
     assert a.shape == b.shape, (a.shape, b.shape)
     return int(np.abs(a.astype(np.int32) - b.astype(np.int32)).max(initial=0))

@@ -20,6 +20,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine.config import ConfigError, load_scenario
+from engine.kernels.torch_ops import TorchOps
+from engine.layers.sampler import window_logits
 from engine.messages import Abort, AddRequest, TokenFrame
 from engine.models import build_model, build_streams
 from engine.models.orpheus import (
@@ -39,6 +41,7 @@ from engine.runtime.graph import StopRows
 from engine.runtime.runtime import GraphRuntime
 from engine.runtime.stops import StopKind
 from engine.worker.codec_graphs import CodecGraphs
+from engine.worker.engine import Engine
 from engine.worker.main import build_worker
 from engine.worker.stream_stage import StreamStage
 from engine.worker.timing import PhaseTimer
@@ -520,12 +523,15 @@ def assert_pools_full(worker) -> None:
     assert not worker.has_work()
 
 
-def test_llm_cached_greedy_equals_a_full_forward_under_the_mask():
+@pytest.mark.parametrize("masked_head", [False, True])
+def test_llm_cached_greedy_equals_a_full_forward_under_the_mask(masked_head):
     """INVARIANTS 6 for the Llama network: the worker's greedy tokens are a full-sequence
-    forward's, the mask applied at each output position."""
+    forward's (whole vocabulary), the mask applied at each output position, with the head's
+    product over the whole vocabulary or over the mask's span alone (`engine.masked_head`)."""
     model = build_model("orpheus", "tiny", 0, "float32", "cpu")
     prompts = [[11, 12, 13], [7] * 9]
-    worker, _, sent = orpheus_worker()
+    worker, _, sent = orpheus_worker(masked_head=masked_head)
+    assert (worker.engine.first_logit > 0) is masked_head
     for rid, prompt in enumerate(prompts):
         worker.handle(AddRequest(rid, prompt, 16, ignore_eos=True, temperature=0))
     while worker.iteration():
@@ -542,3 +548,58 @@ def test_llm_cached_greedy_equals_a_full_forward_under_the_mask():
                 low = int(audio_token_low(np.array([i]))[0])
                 seq.append(low + int(logits[low : low + CODEBOOK].argmax()))
         assert sent[rid] == seq[len(prompt) :]
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_the_masked_head_streams_the_whole_heads_frames(overlap):
+    """`engine.masked_head` on against off (the LM head over Orpheus's 28,672 audio codes, or
+    over all 156,940 ids), strict and overlapped loops, greedy and seeded rows of 1 token to 8
+    frames: the same tokens into the codec and per request the same frames. The windows'
+    logits are the same numbers either way, so even the sampled rows draw the same codes."""
+    lengths = [1, 7, 21, 28, 29, 35, 42, 56]
+    runs = {}
+    for masked_head in (False, True):
+        worker, frames, sent = orpheus_worker(overlap=overlap, masked_head=masked_head, max_rows=8)
+        for rid, n in enumerate(lengths):
+            seeded = rid % 2 == 0
+            worker.handle(AddRequest(rid, [rid + 1] * (2 + rid), n, ignore_eos=True,
+                                     temperature=1.0 if seeded else 0.0, seed=rid if seeded else None))  # fmt: skip
+        run_to_idle(worker)
+        assert_pools_full(worker)
+        runs[masked_head] = sent, by_rid(frames)
+    assert runs[True] == runs[False]
+    assert all(len(runs[True][0][rid]) == n for rid, n in enumerate(lengths))
+
+
+def test_a_restricted_heads_logits_are_the_whole_heads_columns_of_its_span():
+    """`CausalLM.restrict_head(first, end)`: the cached path's logits become the whole head's
+    columns [first, end), which `window_logits` reads with `first_id`; the no-cache reference
+    keeps the whole vocabulary; a span outside the vocabulary is refused."""
+    model = build_model("orpheus", "tiny", 0, "float32", "cpu")
+    hidden = torch.randn(5, model.config.hidden_size, generator=torch.Generator().manual_seed(3))
+    ops = TorchOps()
+    whole = ops.linear(model.step_head, hidden)
+    first, end = OrpheusNode.sampling_span
+    model.restrict_head(first, end)
+    assert model.step_head.weight.data_ptr() == model.head.weight[first].data_ptr()  # a view
+    span = ops.linear(model.step_head, hidden)
+    assert span.shape == (5, end - first) and torch.equal(span, whole[:, first:end])
+    low = audio_token_low(np.array([0, 3, 6, 13, 700]))
+    want, want_low = window_logits(whole, low, CODEBOOK)
+    got, got_low = window_logits(span, low, CODEBOOK, first_id=first)
+    assert torch.equal(got, want) and torch.equal(got_low, want_low)
+    assert model.forward_full(torch.tensor([1, 2, 3])).shape[-1] == model.config.vocab_size
+    for bad in ((-1, 10), (10, 10), (0, model.config.vocab_size + 1)):
+        with pytest.raises(ValueError, match="head span"):
+            model.restrict_head(*bad)
+
+
+def test_a_span_without_a_mask_or_the_setting_leaves_the_head_whole():
+    """The span narrows the head only with the node's mask and `engine.masked_head` both."""
+    scenario = load_scenario("orpheus", "tiny")
+    span = OrpheusNode.sampling_span
+    for masked_head, mask in ((True, None), (False, OrpheusNode.sampling_window)):
+        model = build_model("orpheus", "tiny", 0, "float32", "cpu")
+        config = replace(scenario.engine, masked_head=masked_head, warmup=False)
+        engine = Engine(model, config, logit_mask=mask, logit_span=span)
+        assert engine.first_logit == 0 and model.span_head is None

@@ -67,7 +67,8 @@ class CudaOps:
     ):
         self.device = device
         self.dense_kernel = dense_kernel  # engine.dense_kernel: "torch", "triton" or "head"
-        self.head = getattr(model, "head", None)  # the LM head's module (tied: the embeddings)
+        # the cached path's LM head (tied: the embeddings; restricted: some of their rows)
+        self.head = getattr(model, "step_head", None)
         self.gdn_prefill = gdn_prefill
         self.gdn_split = gdn_split  # the split Gated DeltaNet kernel's launch configuration
         self.gdn_split_from = gdn_split_from_tokens  # `auto`: the split kernel from this long

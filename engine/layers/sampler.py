@@ -56,15 +56,19 @@ def scale_logits(logits: torch.Tensor, temperatures: torch.Tensor) -> torch.Tens
     return shifted / temperatures[:, None]
 
 
-def window_logits(logits: torch.Tensor, low, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+def window_logits(
+    logits: torch.Tensor, low, width: int, first_id: int = 0
+) -> tuple[torch.Tensor, torch.Tensor]:
     """A node's logit mask (NodeSubmodule.sampling_window): each row's logits over its ids
     [low[r], low[r] + width) only, and low as a tensor. Sampling the window, then adding
     low, draws from the distribution masked to those ids (log-probs are over them too),
-    for width / vocab of the sampler's work. On CUDA `low` goes up from pinned memory without
-    blocking: a blocking copy would wait for the step's forward, which the overlapped loop
-    launches ahead of the host."""
+    for width / vocab of the sampler's work. `first_id`: the id of the logits' first column
+    (a head restricted to a span of the vocabulary; 0: the whole vocabulary). On CUDA `low`
+    goes up from pinned memory without blocking: a blocking copy would wait for the step's
+    forward, which the overlapped loop launches ahead of the host."""
     low = rows_to(low, torch.int64, logits.device)
-    index = low[:, None] + torch.arange(width, device=logits.device)
+    columns = torch.arange(-first_id, width - first_id, device=logits.device)
+    index = low[:, None] + columns  # each window's ids, less the first column's id
     return logits.gather(1, index), low
 
 

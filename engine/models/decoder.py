@@ -91,6 +91,15 @@ def check_eos(eos_token_ids: tuple[int, ...], vocab_size: int) -> None:
         raise ValueError(f"eos_token_ids must be ids below vocab_size, got {eos_token_ids}")
 
 
+class HeadRows(nn.Module):
+    """Some rows of an LM head's weight (a view of it) as a linear layer without bias:
+    `CausalLM.restrict_head`'s head. Not a parameter: the model's own head holds the weight."""
+
+    def __init__(self, weight: torch.Tensor):
+        super().__init__()
+        self.weight = weight
+
+
 class CausalLM(nn.Module):
     """A decoder stack (`self.model`) with rotary positions (`self.rotary`) and an LM head,
     tied to the embeddings unless the config says otherwise (then `self.lm_head`). The config
@@ -107,6 +116,7 @@ class CausalLM(nn.Module):
         self.rotary = RotaryEmbedding(rotary_dim, config.rope_theta)
         if not config.tie_word_embeddings:
             self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.span_head: HeadRows | None = None  # restrict_head's
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
@@ -115,6 +125,22 @@ class CausalLM(nn.Module):
     def head(self) -> nn.Module:
         """The LM head: the embeddings when tied, else `lm_head` (its weight [vocab, hidden])."""
         return self.model.embed_tokens if self.config.tie_word_embeddings else self.lm_head
+
+    def restrict_head(self, first: int, end: int) -> None:
+        """From now on the cached path's logits are of ids [first, end) alone, column j being
+        id first + j: the LM head's product over those rows of its weight (a view, no copy),
+        for a node whose logit mask never samples outside them. The no-cache reference
+        (`forward_full`) keeps the whole vocabulary. Call it before the step's graphs are
+        captured and its ops built, so both see the restricted head."""
+        if not 0 <= first < end <= self.config.vocab_size:
+            raise ValueError(f"a head span must lie in [0, {self.config.vocab_size}), got "
+                             f"[{first}, {end})")  # fmt: skip
+        self.span_head = HeadRows(self.head.weight.detach()[first:end])
+
+    @property
+    def step_head(self) -> nn.Module:
+        """The LM head of the cached path: `head`, or its rows `restrict_head` kept."""
+        return self.head if self.span_head is None else self.span_head
 
     def _head(self, normed: torch.Tensor) -> torch.Tensor:
         """The no-cache reference's logits (the cached path's go through its ops)."""
@@ -143,7 +169,7 @@ class CausalLM(nn.Module):
         """Float32 logits of the tokens at `rows` (each row's last token); `float32=False`: in
         the model's dtype."""
         hidden, _ = ops.norm(x[rows], self.model.norm, residual[rows])
-        logits = ops.linear(self.head, hidden)
+        logits = ops.linear(self.step_head, hidden)
         return logits.float() if float32 else logits
 
     @torch.no_grad()

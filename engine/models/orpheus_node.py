@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from engine.models.orpheus import (
+    AUDIO_TOKEN_BASE,
     CODEBOOK,
     FRAME_TOKENS,
     SAMPLES_PER_FRAME,
@@ -36,6 +37,8 @@ WINDOW_LOOP = "window_loop"
 class OrpheusNode(TokenNode):
     graph = token_graph("llm")
     default_policy = StopKind.AR
+
+    sampling_span = (AUDIO_TOKEN_BASE, AUDIO_TOKEN_BASE + FRAME_TOKENS * CODEBOOK)
 
     def sampling_window(self, output_index: np.ndarray) -> tuple[np.ndarray, int]:
         return audio_token_low(output_index), CODEBOOK

@@ -77,6 +77,9 @@ class NodeSubmodule:
     # (low, width): per row, given the index in its output of the token it samples, the ids
     # [low, low + width) it may sample (one width for all rows). None: the whole vocabulary.
     sampling_window: Callable[[np.ndarray], tuple[np.ndarray, int]] | None = None
+    # The ids [first, end) every window of that mask lies in, if the node declares them: with
+    # `engine.masked_head` the model computes logits of those ids alone.
+    sampling_span: tuple[int, int] | None = None
 
     def get_stop_policies(self, walk: str) -> dict[str, StopPolicy] | None:
         """Loop name -> policy for a walk; None keeps calling `check_stop` for it."""

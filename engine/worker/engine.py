@@ -93,10 +93,16 @@ LogitMask = Callable[[np.ndarray], tuple[np.ndarray, int]]
 
 class Engine:
     def __init__(
-        self, model: torch.nn.Module, config: EngineConfig, logit_mask: LogitMask | None = None
+        self,
+        model: torch.nn.Module,
+        config: EngineConfig,
+        logit_mask: LogitMask | None = None,
+        logit_span: tuple[int, int] | None = None,
     ):
         """`logit_mask`: the node's declared mask (NodeSubmodule.sampling_window): every
-        sampled row samples only the ids its window allows."""
+        sampled row samples only the ids its window allows. `logit_span`: the ids [first,
+        end) every window lies in (NodeSubmodule.sampling_span); with `engine.masked_head`
+        the model's steps compute logits of those ids alone."""
         if config.max_tokens_per_step < config.max_rows:
             raise ConfigError("engine.max_tokens_per_step must be >= engine.max_rows")
         if config.kv_pages * config.page_size < config.max_model_len:
@@ -120,6 +126,10 @@ class Engine:
             STATE_DTYPES[config.state_dtype],
         )
         self.scheduler = Scheduler(config, self.cache)
+        self.first_logit = 0  # the id of the steps' logits' first column
+        if config.masked_head and logit_mask is not None and logit_span is not None:
+            model.restrict_head(*logit_span)  # before the ops and graphs take the head
+            self.first_logit = logit_span[0]
         slots = 2 if config.double_buffer else 1
         if config.piecewise_gdn and not config.piecewise_graphs:
             raise ConfigError("engine.piecewise_gdn needs engine.piecewise_graphs: true")
@@ -216,7 +226,8 @@ class Engine:
         output_index = [r.num_cached - len(r.prompt) for r in picked]
         offsets = None
         if self.logit_mask is not None:
-            logits, offsets = window_logits(logits, *self.logit_mask(np.array(output_index)))
+            low, width = self.logit_mask(np.array(output_index))
+            logits, offsets = window_logits(logits, low, width, self.first_logit)
         # A decode graph's logits are the model's dtype (widened here, past the mask's window:
         # the sampler's math is fp32); any other step's are fp32 already (float() is a no-op).
         tokens, logprobs = self.ops.sample(logits.float(), params, output_index)

@@ -57,7 +57,8 @@ def build_engine(model_spec: ModelSpec, config: EngineConfig) -> tuple[Engine, N
         spec.arch, spec.preset, spec.seed, config.dtype, config.device, path=spec.path
     )
     node = build_node(spec.arch, model, spec.eos_token_ids)
-    return Engine(model, config, logit_mask=node.sampling_window), node
+    engine = Engine(model, config, logit_mask=node.sampling_window, logit_span=node.sampling_span)
+    return engine, node
 
 
 def build_worker(
