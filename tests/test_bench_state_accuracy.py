@@ -2,30 +2,50 @@
 
 from __future__ import annotations
 
+import math
+
+import pytest
+
 from benchmarks.bench_state_accuracy import (
     _engine,
     agreement_by_band,
+    agreement_by_margin,
     first_difference,
     greedy,
     measure,
 )
 
+PROMPTS = [[3, 1, 4, 1, 5], [9, 2, 6], [5, 3, 5, 8, 9, 7]]
+
 
 def test_teacher_forcing_feeds_the_forced_tokens_and_an_identical_run_agrees_everywhere():
-    prompts = [[3, 1, 4, 1, 5], [9, 2, 6], [5, 3, 5, 8, 9, 7]]
-    reference = greedy(_engine("tiny", "float32", 3), prompts, 20)
+    reference = greedy(_engine("tiny", "float32", 3), PROMPTS, 20).tokens
     assert all(len(t) == 20 for t in reference.values())
-    again = greedy(_engine("tiny", "float32", 3), prompts, 20, forced=reference)
-    assert again == reference  # the same engine, its own tokens forced: nothing differs
+    again = greedy(_engine("tiny", "float32", 3), PROMPTS, 20, forced=reference)
+    assert again.tokens == reference  # the same engine, its own tokens forced: nothing differs
     # Forcing another request's tokens changes what the model sees, so its choices follow
     # that context, not its own free run.
     swapped = {0: reference[1] + reference[1], 1: reference[0], 2: reference[2]}
-    moved = greedy(_engine("tiny", "float32", 3), prompts, 20, forced=swapped)
+    moved = greedy(_engine("tiny", "float32", 3), PROMPTS, 20, forced=swapped).tokens
     assert moved[0] != reference[0] and moved[2] == reference[2]
 
 
-def test_measure_reports_the_bf16_state_against_fp32_and_the_noise_floor():
-    result = measure("tiny", requests=3, prompt=8, tokens=70)
+def test_each_margin_is_its_own_requests_top_two_gap_and_recording_keeps_the_choices():
+    batched = greedy(_engine("tiny", "float32", 3), PROMPTS, 12, margins=True)
+    plain = greedy(_engine("tiny", "float32", 3), PROMPTS, 12)
+    assert batched.tokens == plain.tokens and plain.margins is None
+    # Each request alone, forced along its batched choices: its margins are its own (a batch
+    # of 1 has no row order to get wrong), so margins filed under another request's id
+    # would differ by far more than the batch's summation order moves a logit.
+    for rid, prompt in enumerate(PROMPTS):
+        forced = {0: batched.tokens[rid]}
+        alone = greedy(_engine("tiny", "float32", 1), [prompt], 12, forced, margins=True)
+        assert alone.margins[0] == pytest.approx(batched.margins[rid], abs=1e-4), rid
+    assert all(m >= 0 for row in batched.margins.values() for m in row)
+
+
+def test_measure_reports_a_16_bit_state_against_fp32_by_position_by_margin_and_the_floor():
+    result = measure("tiny", requests=3, prompt=8, tokens=70, state_dtype="float16")
     assert result["free_identical"] in range(4)
     assert set(result["forced_agreement"]) == {"0-64", "64-128"}
     assert all(0.0 <= v <= 1.0 for v in result["forced_agreement"].values())
@@ -33,6 +53,13 @@ def test_measure_reports_the_bf16_state_against_fp32_and_the_noise_floor():
     # summation order may differ, so near-ties alone may flip (a misaligned forcing would
     # agree about 1 time in the vocabulary's size).
     assert min(result["floor_agreement"].values()) >= 0.95, result
+    by_margin = result["forced_agreement_by_margin"]
+    assert list(by_margin) == ["0-0.05", "0.05-0.2", "0.2-1", "1-inf"]
+    assert sum(b["positions"] for b in by_margin.values()) == 3 * 70
+    assert math.isclose(sum(b["share"] for b in by_margin.values()), 1.0)
+    # An fp16 state moves tiny's logits by ~0.02 (tests/test_qwen35_model.py): a choice the
+    # reference leads by a whole logit cannot flip.
+    assert by_margin["1-inf"]["positions"] > 0 and by_margin["1-inf"]["agreement"] == 1.0
 
 
 def test_first_difference_and_bands():
@@ -40,3 +67,18 @@ def test_first_difference_and_bands():
     assert first_difference([1, 2, 3], [1, 5, 3]) == 1
     runs, ref = {0: [1] * 70}, {0: [1] * 64 + [2] * 6}
     assert agreement_by_band(runs, ref) == {"0-64": 1.0, "64-128": 0.0}
+
+
+def test_agreement_by_margin_bands_the_references_positions():
+    ref = {0: [1, 2, 3, 4], 1: [5, 6, 7, 8]}
+    runs = {0: [1, 0, 3, 4], 1: [0, 6, 7, 8]}
+    margins = {0: [0.0, 0.01, 0.5, 3.0], 1: [0.04, 0.1, 1.0, 0.3]}
+    assert agreement_by_margin(runs, ref, margins) == {
+        "0-0.05": {"share": 3 / 8, "positions": 3, "agreement": 1 / 3},
+        "0.05-0.2": {"share": 1 / 8, "positions": 1, "agreement": 1.0},
+        "0.2-1": {"share": 2 / 8, "positions": 2, "agreement": 1.0},
+        "1-inf": {"share": 2 / 8, "positions": 2, "agreement": 1.0},
+    }
+    assert agreement_by_margin(runs, ref, {0: [2.0] * 4, 1: [2.0] * 4})["0-0.05"] == {
+        "share": 0.0, "positions": 0, "agreement": None,
+    }  # fmt: skip

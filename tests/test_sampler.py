@@ -206,3 +206,14 @@ def test_effective_values_are_what_every_sampler_applies():
     assert effective_temperature(float("inf")) == F32_MAX
     assert effective_top_p(1e-300) == MIN_TOP_P > 0 and torch.tensor(MIN_TOP_P).item() > 0
     assert effective_top_p(0.5) == 0.5
+
+
+def test_greedy_ties_go_to_the_first_maximum_as_the_decode_graphs_argmax():
+    """A decode graph's greedy step takes `ops.argmax`, the first maximum (ties planted in
+    tests/test_triton_interpret.py); a greedy row that asks for log-probs goes through the
+    sampler instead (Engine.launch), which must choose the same token."""
+    from engine.kernels.torch_ops import TORCH_OPS
+
+    logits = torch.tensor([[0.0, 2.0, 2.0, 1.0], [5.0, -1.0, 5.0, 5.0]])
+    tokens, _ = sample(logits, [SamplingParams(temperature=0, logprobs=True)] * 2, [0, 0])
+    assert tokens.tolist() == [1, 0] == TORCH_OPS.argmax(logits).tolist()
