@@ -130,7 +130,7 @@ def _no_wait() -> None:
     pass
 
 
-def time_kept_python(
+def measure_kept_python(
     kernel: StandInKernel, args: tuple, kwargs: dict, calls: int, samples: int
 ) -> tuple[stats.Summary, stats.Summary]:
     """Host time per call of the stand-in's runner called directly, every parameter by
@@ -152,7 +152,7 @@ def time_kept_python(
 def host_only(calls: int, samples: int) -> None:
     print(f"host time per call (no GPU), {calls} calls a sample, {samples} samples")
     for name, (params, args, kwargs) in _host_launches().items():
-        direct, kept = time_kept_python(StandInKernel(params), args, kwargs, calls, samples)
+        direct, kept = measure_kept_python(StandInKernel(params), args, kwargs, calls, samples)
         print(f"  {name + ' runner':<20} {stats.render(direct, 'us')}")
         print(f"  {name + ' kept':<20} {stats.render(kept, 'us')}")
         print(f"  {name + ' kept Python':<20} {kept.median - direct.median:.3f} us (medians)")

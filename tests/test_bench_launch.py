@@ -20,6 +20,6 @@ def test_the_kept_row_times_the_kept_launch_not_tritons():
     """After its first launch, every launch the kept row times finds its kept kernel."""
     for params, args, kwargs in bench_launch._host_launches().values():
         kernel = bench_launch.StandInKernel(params)
-        direct, kept = bench_launch.time_kept_python(kernel, args, kwargs, calls=3, samples=2)
+        direct, kept = bench_launch.measure_kept_python(kernel, args, kwargs, calls=3, samples=2)
         assert direct.n == kept.n == 2
         assert kernel.launches == 1
