@@ -1,8 +1,9 @@
 """engine/kernels/triton_launch.py (`engine.triton_launch: bound`) on stand-in kernels, no GPU
 or Triton needed: INVARIANTS 56, a kept launch runs the compiled kernel Triton's own launch
-would have found, every parameter by position; any change of what Triton specialises on (a
-tensor's dtype, device or 16-byte alignment, an argument's type or value, a keyword) goes back
-through Triton's launch; off, `[grid]` is the kernel's own."""
+would have found, every parameter by position, the values the call gave (defaults for the
+rest), on the call's grid; any change of what Triton specialises on (a tensor's dtype, device
+or 16-byte alignment, an argument's type or value, a keyword, positional or keyword) goes
+back through Triton's launch; off, `[grid]` is the kernel's own."""
 
 from __future__ import annotations
 
@@ -49,6 +50,14 @@ class StandIn:
         return launch
 
 
+class OnSecondGPU(torch.Tensor):
+    """A tensor that says it is on CUDA device 1 (`get_device`), as one there would: this
+    machine may have no GPU."""
+
+    def get_device(self):
+        return 1
+
+
 @pytest.fixture
 def kept():
     triton_launch.set_launch("bound")
@@ -82,8 +91,9 @@ def test_a_kept_launch_passes_every_parameter_by_position(kept):
 
 @pytest.mark.parametrize(
     "change",
-    ["misaligned", "dtype", "int value", "bool for int", "keyword", "device"],
-)
+    ["misaligned", "dtype", "int value", "bool for int", "keyword", "bool for int keyword",
+     "keyword given", "device"],
+)  # fmt: skip
 def test_whatever_triton_specialises_on_goes_back_through_its_launch(kept, change):
     """INVARIANTS 56: a signature the kept kernel was not compiled for is Triton's to launch
     (and then kept too): the next launch of it is the runner's."""
@@ -107,12 +117,75 @@ def test_whatever_triton_specialises_on_goes_back_through_its_launch(kept, chang
         args[2] = True
     elif change == "keyword":
         kwargs["BLOCK"] = 32
-    elif change == "device":  # a tensor of the same dtype elsewhere
-        args[0] = torch.empty(32, device="meta", dtype=torch.bfloat16)
+    elif change == "bool for int keyword":
+        kwargs["HAS_RES"] = 0
+        wrapped[(1,)](*args, **kwargs)
+        wrapped[(1,)](*args, **kwargs)
+        kwargs["HAS_RES"] = False
+    elif change == "keyword given":  # the default's value, given
+        kwargs["eps"] = 1e-6
+    elif change == "device":  # a tensor of the same dtype and address on another GPU
+        args[0] = x.as_subclass(OnSecondGPU)
     wrapped[(1,)](*args, **kwargs)
     wrapped[(1,)](*args, **kwargs)
     kinds = [c[0] for c in kernel.calls]
     assert kinds[-2:] == ["jit", "runner"], kinds
+
+
+def test_a_kept_launch_passes_this_calls_values(kept):
+    """INVARIANTS 56: the kept kernel's runner gets the values of the call at hand (new tensors,
+    a keyword's value, a default where none is given), on the call's grid, whatever the
+    launches before it were."""
+    kernel = StandIn()
+    wrapped = bound(kernel)
+    x = torch.zeros(8)
+    outs = [torch.zeros(8) for _ in range(4)]
+    wrapped[(4,)](x, OUT=outs[0], n=8, BLOCK=16)
+    wrapped[(4,)](x, OUT=outs[1], n=8, BLOCK=16)
+    wrapped[(5, 2)](x, OUT=outs[2], n=8, BLOCK=16, HAS_RES=True)
+    wrapped[(5, 2)](x, OUT=outs[3], n=8, BLOCK=16, HAS_RES=True)
+    wrapped[[4]](x, OUT=outs[0], n=8, BLOCK=16)
+    runs = [c for c in kernel.calls if c[0] == "runner"]
+    assert [c[1] for c in runs] == [(4, 1, 1), (5, 2, 1), (4, 1, 1)]
+    assert runs[0][2] == (x, outs[1], 8, 1e-6, 16, False)
+    assert runs[1][2] == (x, outs[3], 8, 1e-6, 16, True)
+    assert runs[2][2] == (x, outs[0], 8, 1e-6, 16, False)
+    assert [c[0] for c in kernel.calls] == ["jit", "runner", "jit", "runner", "runner"]
+
+
+def test_positional_or_keyword_the_runner_gets_the_same_values(kept):
+    """The same values given by position, by keyword or left to their defaults are separate
+    signatures (each Triton's launch first), whose runners get the same values in parameter
+    order."""
+    kernel = StandIn()
+    wrapped = bound(kernel)
+    x, out = torch.zeros(8), torch.zeros(8)
+    calls = [
+        lambda: wrapped[(1,)](x, out, 8, 1e-6, 16, False),
+        lambda: wrapped[(1,)](x, out, 8, BLOCK=16),
+        lambda: wrapped[(1,)](X=x, OUT=out, n=8, eps=1e-6, BLOCK=16, HAS_RES=False),
+    ]
+    for call in calls:
+        call()
+        call()
+    assert [c[0] for c in kernel.calls] == ["jit", "runner"] * 3
+    values = {c[2] for c in kernel.calls if c[0] == "runner"}
+    assert values == {(x, out, 8, 1e-6, 16, False)}
+
+
+def test_each_alignment_keeps_its_own_kernel(kept):
+    """A view off a 16-byte boundary and the aligned view of the same shape each keep their
+    own kernel: after one launch of each through Triton's, both are the runner's."""
+    kernel = StandIn()
+    wrapped = bound(kernel)
+    buffer = torch.zeros(64, dtype=torch.bfloat16)
+    aligned, misaligned = buffer[:32], buffer[1:33]
+    out = torch.zeros(32, dtype=torch.bfloat16)
+    for x in (aligned, misaligned, aligned, misaligned):
+        wrapped[(1,)](x, out, 32, BLOCK=16)
+    kinds = [c[0] for c in kernel.calls]
+    assert kinds == ["jit", "jit", "runner", "runner"]
+    assert kernel.calls[3][2][0] is misaligned
 
 
 def test_the_interpreters_launch_keeps_nothing(kept):
@@ -122,7 +195,7 @@ def test_the_interpreters_launch_keeps_nothing(kept):
     x = torch.zeros(8)
     for _ in range(3):
         wrapped[(1,)](x, x, 8, BLOCK=16)
-    assert [c[0] for c in kernel.calls] == ["jit"] * 3 and not wrapped.compiled
+    assert [c[0] for c in kernel.calls] == ["jit"] * 3 and not wrapped.kept
 
 
 def test_the_setting_is_checked():

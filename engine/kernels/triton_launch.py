@@ -8,22 +8,31 @@ launcher's (benchmarks/bench_launch.py), and more for the Gated DeltaNet kernels
 arguments: an eager step makes ~100-250 such launches (docs/BENCHMARKS.md).
 
 `bound` wraps a launched kernel (`@bound` above `@triton.jit`). While `BOUND` is on, its
-`[grid](...)` keeps the compiled kernel Triton returned for a call signature, each tensor's
-dtype, device and 16-byte alignment, every other argument's type and value, the keyword
-arguments, and calls that kernel's launcher directly on a later call of the same signature,
-every parameter by position (constexprs and defaults filled in, as Triton's own launch passes
-them). The signature holds everything Triton specialises on and more (an integer's value, not
-just its divisibility), so the kept kernel is the one Triton would have found. It skips
-Triton's check that the kernel's globals have not changed: no kernel here reads a global that
-changes. Off (`jit`, the default), `[grid]` is the kernel's own. Under the interpreter
-(TRITON_INTERPRET=1) a launch returns no compiled kernel, so every launch is the JIT's.
+`[grid](...)` keeps the compiled kernel Triton returned for a call signature (`signature`:
+each tensor's dtype, device and 16-byte alignment, every other argument's type and value, the
+keywords' names, each keyword's value read the same way) and calls that kernel's runner
+directly on a later call of the same signature, every parameter by position (constexprs and
+defaults filled in, as Triton's own launch passes them). The signature holds everything Triton
+specialises on and more (an integer's value, not just its divisibility), so the kept kernel is
+the one Triton would have found. It skips Triton's check that the kernel's globals have not
+changed: no kernel here reads a global that changes. Off (`jit`, the default), `[grid]` is the
+kernel's own. Under the interpreter (TRITON_INTERPRET=1) a launch returns no compiled kernel,
+so every launch is the JIT's.
+
+A kept launch is Python the host runs between the model and the C launcher, so per call it
+does only what depends on the call: the signature, one dict lookup, the call of the runner
+(`python -m benchmarks.bench_launch --host-only` times it). Which parameters follow the
+positional ones, and their defaults, depend on the signature alone: they are worked out when
+the kernel is kept. The runner of the last grid is kept too: `compiled[grid]` is a closure over
+the grid alone, which reads the current stream and Triton's hooks at each call.
 """
 
 from __future__ import annotations
 
-import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
 
-import torch
+from torch import Tensor
 
 from engine.config import TRITON_LAUNCHES
 
@@ -35,14 +44,26 @@ def bound(kernel):
     return BoundKernel(kernel)
 
 
+@dataclass(slots=True)
+class Kept:
+    """The compiled kernel Triton returned for one call signature; the parameters after the
+    positional ones, with their defaults (a keyword given replaces its default; a parameter
+    with neither is never kept, Triton's launch refuses it); and the runner of the last grid,
+    one (grid, runner) pair replaced whole, so a launch on another thread reads a matched pair."""
+
+    compiled: object
+    tail_names: tuple[str, ...]
+    tail_defaults: tuple
+    last: tuple[object, Callable | None] = (None, None)  # no runner before the first kept launch
+
+
 class BoundKernel:
     def __init__(self, kernel):
         self.kernel = kernel
         params = getattr(kernel, "params", None) or ()
         self.names = tuple(p.name for p in params)
-        empty = inspect.Parameter.empty
-        self.defaults = {p.name: p.default for p in params if p.default is not empty}
-        self.compiled: dict[tuple, object] = {}
+        self.defaults = tuple(p.default for p in params)  # inspect.Parameter.empty: none
+        self.kept: dict[tuple, Kept] = {}
 
     def __getattr__(self, name: str):  # fn, arg_names, params, ...: the kernel's own
         if name == "kernel":  # not set yet (a copy being built): no recursion through it
@@ -58,24 +79,42 @@ class BoundKernel:
         """One launch: through the kept compiled kernel when this signature has one, else
         through Triton's JIT, keeping what it returns. Returns the compiled kernel (or the
         interpreter's None), as `kernel[grid](...)` does."""
-        key = (tuple(map(signature, args)), tuple(kwargs.items()))
-        compiled = self.compiled.get(key)
-        if compiled is None:
-            compiled = self.kernel[grid](*args, **kwargs)
-            if compiled is not None and hasattr(compiled, "packed_metadata"):
-                self.compiled[key] = compiled
-            return compiled
-        rest = self.names[len(args) :]
-        values = (*args, *(kwargs[n] if n in kwargs else self.defaults[n] for n in rest))
-        compiled[grid_3d(grid)](*values)
+        key = signature(args, kwargs)
+        kept = self.kept.get(key)
+        if kept is None:
+            return self.first_launch(key, grid, args, kwargs)
+        last_grid, runner = kept.last
+        if grid != last_grid:
+            runner = kept.compiled[grid_3d(grid)]
+            kept.last = grid, runner
+        runner(*args, *map(kwargs.get, kept.tail_names, kept.tail_defaults))
+        return kept.compiled
+
+    def first_launch(self, key: tuple, grid, args: tuple, kwargs: dict):
+        """Triton's own launch of a signature not kept yet, keeping the compiled kernel it
+        returns."""
+        compiled = self.kernel[grid](*args, **kwargs)
+        if compiled is not None and hasattr(compiled, "packed_metadata"):
+            tail = slice(len(args), None)
+            self.kept[key] = Kept(compiled, self.names[tail], self.defaults[tail])
         return compiled
 
 
-def signature(arg) -> tuple:
-    """What a launch's specialisation may depend on, for one argument."""
-    if isinstance(arg, torch.Tensor):
-        return arg.dtype, arg.device, arg.data_ptr() % 16 == 0
-    return arg.__class__, arg  # True and 1 are equal and hash alike; Triton tells them apart
+def signature(args: tuple, kwargs: dict) -> tuple:
+    """What a launch's specialisation may depend on: the keywords' names, then for each value
+    (positional, then keyword) a tensor's dtype, device and address mod 16 (its 16-byte
+    alignment), any other value's class and value (True and 1 are equal and hash alike; Triton
+    tells them apart). The device is `get_device()`, the CUDA index (-1 for the CPU, whose
+    memory Triton's launcher refuses): an int, where `tensor.device` builds a torch.device."""
+    return (
+        *kwargs,
+        *[
+            (v.dtype, v.get_device(), v.data_ptr() & 15)
+            if isinstance(v, Tensor)
+            else (v.__class__, v)
+            for v in (*args, *kwargs.values())
+        ],
+    )
 
 
 def grid_3d(grid) -> tuple[int, int, int]:
