@@ -432,6 +432,19 @@ def test_an_abort_mid_stream_frees_both_nodes(overlap):
     assert_pools_full(worker)
 
 
+def stream_to_idle(worker, frames, sent, lengths: list[int], seeded_every: int):
+    """Request rid of `lengths[rid]` audio tokens (every `seeded_every`-th sampling, seeded;
+    the rest greedy) run to idle on `orpheus_worker`'s worker, its pools full again after: the
+    tokens streamed into the codec and each request's frames."""
+    for rid, n in enumerate(lengths):
+        seeded = rid % seeded_every == 0
+        worker.handle(AddRequest(rid, [rid + 1] * (2 + rid), n, ignore_eos=True,
+                                 temperature=1.0 if seeded else 0.0, seed=rid if seeded else None))  # fmt: skip
+    run_to_idle(worker)
+    assert_pools_full(worker)
+    return sent, by_rid(frames)
+
+
 def run_to_idle(worker) -> None:
     """Iterate until the worker says it is idle; it must have nothing in flight then."""
     while worker.iteration():
@@ -452,13 +465,7 @@ def test_codec_overlap_streams_the_strict_stages_frames(overlap):
             overlap=overlap, codec_overlap=codec_overlap, max_rows=8
         )
         assert worker.stages[0].overlap is codec_overlap
-        for rid, n in enumerate(lengths):
-            seeded = rid % 3 == 0
-            worker.handle(AddRequest(rid, [rid + 1] * (2 + rid), n, ignore_eos=True,
-                                     temperature=1.0 if seeded else 0.0, seed=rid if seeded else None))  # fmt: skip
-        run_to_idle(worker)
-        assert_pools_full(worker)
-        runs[codec_overlap] = sent, by_rid(frames)
+        runs[codec_overlap] = stream_to_idle(worker, frames, sent, lengths, seeded_every=3)
     assert runs[True] == runs[False]
     for rid, n in enumerate(lengths):
         assert len(pcm(runs[True][1][rid])) == SAMPLES_PER_FRAME * windows_for(n), rid
@@ -560,13 +567,7 @@ def test_the_masked_head_streams_the_whole_heads_frames(overlap):
     runs = {}
     for masked_head in (False, True):
         worker, frames, sent = orpheus_worker(overlap=overlap, masked_head=masked_head, max_rows=8)
-        for rid, n in enumerate(lengths):
-            seeded = rid % 2 == 0
-            worker.handle(AddRequest(rid, [rid + 1] * (2 + rid), n, ignore_eos=True,
-                                     temperature=1.0 if seeded else 0.0, seed=rid if seeded else None))  # fmt: skip
-        run_to_idle(worker)
-        assert_pools_full(worker)
-        runs[masked_head] = sent, by_rid(frames)
+        runs[masked_head] = stream_to_idle(worker, frames, sent, lengths, seeded_every=2)
     assert runs[True] == runs[False]
     assert all(len(runs[True][0][rid]) == n for rid, n in enumerate(lengths))
 
