@@ -117,6 +117,16 @@ def token_times(requests: pd.DataFrame) -> np.ndarray:
     return np.concatenate(times) if times else np.empty(0)
 
 
+def audio_pieces(requests: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Every piece of PCM the requests received, all requests together: its arrival (seconds)
+    and its bytes."""
+    times = [np.asarray(t, dtype=float) for t in requests["audio_times_s"]]
+    sizes = [np.asarray(b, dtype=float) for b in requests["audio_bytes"]]
+    if not times:
+        return np.empty(0), np.empty(0)
+    return np.concatenate(times), np.concatenate(sizes)
+
+
 def distribution(values: np.ndarray) -> dict[str, float]:
     """p50/p90/p99 (linear interpolation) and mean; NaN when there are no values."""
     values = np.asarray(values, dtype=float)
@@ -204,9 +214,7 @@ def steady_audio_s_per_s(requests: pd.DataFrame, window: Window) -> float:
     if measured(requests).empty or window is None:
         return float("nan")
     start, end = window
-    done = completed(requests)
-    times = np.concatenate([np.asarray(t, dtype=float) for t in done["audio_times_s"]] or [[]])
-    sizes = np.concatenate([np.asarray(b, dtype=float) for b in done["audio_bytes"]] or [[]])
+    times, sizes = audio_pieces(completed(requests))
     inside = sizes[(times >= start) & (times <= end)].sum()
     return float(inside) / PCM_BYTES_PER_S / (end - start)
 

@@ -148,11 +148,8 @@ def _arrivals(requests: pd.DataFrame, server: pd.Series, audio: bool):
     if not audio:
         times = metrics.token_times(rows)
         return times, np.ones_like(times)
-    pieces = [np.asarray(t, dtype=float) for t in rows["audio_times_s"]]
-    sizes = [np.asarray(b, dtype=float) for b in rows["audio_bytes"]]
-    if not pieces:
-        return np.empty(0), np.empty(0)
-    return np.concatenate(pieces), np.concatenate(sizes) / metrics.PCM_BYTES_PER_S
+    times, sizes = metrics.audio_pieces(rows)
+    return times, sizes / metrics.PCM_BYTES_PER_S
 
 
 def _batch(ax, spans: pd.DataFrame, server: pd.Series, color: str) -> bool:
