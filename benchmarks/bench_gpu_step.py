@@ -141,7 +141,8 @@ def main(argv: list[str] | None = None) -> None:
         gdn_prefill=args.gdn_prefill, gdn_split=args.gdn_split,
         decode_tensor_cores=args.decode_tensor_cores, state_dtype=args.state_dtype,
         dense_kernel=args.dense_kernel, triton_launch=args.triton_launch,
-        masked_head=args.masked_head, max_rows=args.batch + max((int(p.split("x")[0]) for p in args.prefill), default=0),
+        masked_head=args.masked_head,
+        max_rows=args.batch + max((int(p.split("x")[0]) for p in args.prefill), default=0),
     )  # fmt: skip
     for _ in range(args.warmup):
         _step(engine)
