@@ -2,7 +2,7 @@
 # Every GPU test and benchmark of the project, for one `device` run (see docs/BENCHMARKS.md):
 #   bash scripts/gpu_suite.sh STAGE...  STAGE: tests | models | quick | step | prefill | options | mixed |
 #   splitstep | splittune | stacks | accuracy | gdn | gdncap | gdnbench | run | evidence | orpheus |
-#   orpheus_step | orpheus_iter | masked | codec | codec_overlap | codec_kernels | gemm | launch | kept |
+#   orpheus_step | orpheus_iter | masked | statesteps | codec | codec_overlap | codec_kernels | gemm | launch | kept |
 #   recurrent | all
 # with carry [".whl", ".jitcache"]. Logs go under $OUT (default ./gpu-out). JIT caches
 # (FlashInfer, Triton) are restored from .jitcache/ when present and saved to $OUT/jit-*.
@@ -317,6 +317,18 @@ for stage in "${stages[@]}"; do
           --batch 64 --context 256 --graphs --decode-tensor-cores $mh \
           --profile "$OUT/orpheus_step${mh//-/}.txt" 2>&1 \
           | grep -E "decode step|GPU busy|Error|error" | tee -a "$OUT/orpheus_step.log"
+      done ;;
+    statesteps)  # engine.state_dtype float32 vs STATE_DTYPE (default float16) on the 0.8b
+      # decode step (batch STATE_BATCH, default 64, 512-token contexts, graphs), alternating
+      # by process, STATE_PAIRS pairs (default 2), each profiled: the GPU's busy time a step
+      # decides, the wall figure carries the ~10% process-to-process noise
+      for i in $(seq "${STATE_PAIRS:-2}"); do
+        for sd in float32 "${STATE_DTYPE:-float16}"; do
+          timeout 120 python3 -m benchmarks.bench_gpu_step --batch "${STATE_BATCH:-64}" \
+            --context 512 --graphs --state-dtype "$sd" --profile "/tmp/state_${sd}_$i.txt" 2>&1 \
+            | grep -E "decode step|GPU busy|Error|error" | sed "s/^/$sd #$i: /" \
+            | tee -a "$OUT/state_steps.log"
+        done
       done ;;
     launch)  # what one launch costs the host (torch op, cuBLAS GEMM, Triton JIT and bound
       # runner, our wrappers): the eager step's host time divided among its launches
