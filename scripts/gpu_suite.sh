@@ -2,7 +2,7 @@
 # Every GPU test and benchmark of the project, for one `device` run (see docs/BENCHMARKS.md):
 #   bash scripts/gpu_suite.sh STAGE...  STAGE: tests | models | quick | step | prefill | options | mixed |
 #   splitstep | splittune | stacks | accuracy | gdn | gdncap | gdnbench | run | evidence | orpheus |
-#   orpheus_step | orpheus_iter | masked | statesteps | codec | codec_overlap | codec_kernels | gemm | launch | kept |
+#   orpheus_step | orpheus_iter | masked | statesteps | figures | codec | codec_overlap | codec_kernels | gemm | launch | kept |
 #   recurrent | all
 # with carry [".whl", ".jitcache"]. Logs go under $OUT (default ./gpu-out). JIT caches
 # (FlashInfer, Triton) are restored from .jitcache/ when present and saved to $OUT/jit-*.
@@ -329,6 +329,15 @@ for stage in "${stages[@]}"; do
             | grep -E "decode step|GPU busy|Error|error" | sed "s/^/$sd #$i: /" \
             | tee -a "$OUT/state_steps.log"
         done
+      done ;;
+    figures)  # the issues' figures on the current defaults: one fresh server each at
+      # FIGURES_C (default "64 128"; FIGURES_SCENARIO, default qwen35), 4 x C measured + C
+      # warmup requests; the figures table and the iteration's phases (~40 s a 0.8b server)
+      for c in ${FIGURES_C:-64 128}; do
+        echo "== ${FIGURES_SCENARIO:-qwen35} c=$c" | tee -a "$OUT/figures.log"
+        timeout 200 python3 -m harness measure "${FIGURES_SCENARIO:-qwen35}" -c "$c" \
+          --requests $((4 * c)) --warmup "$c" --out "/tmp/figures-c$c-$RANDOM" 2>&1 \
+          | head -n 24 | tee -a "$OUT/figures.log"
       done ;;
     launch)  # what one launch costs the host (torch op, cuBLAS GEMM, Triton JIT and bound
       # runner, our wrappers): the eager step's host time divided among its launches
