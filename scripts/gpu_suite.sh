@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Every GPU test and benchmark of the project, for one `device` run (see docs/BENCHMARKS.md):
-#   bash scripts/gpu_suite.sh STAGE...  STAGE: tests | models | quick | step | prefill | options | mixed |
-#   splitstep | splittune | stacks | accuracy | gdn | gdncap | gdnbench | run | evidence | orpheus |
-#   orpheus_step | orpheus_iter | masked | statesteps | figures | codec | codec_overlap | codec_kernels | gemm | launch | kept |
-#   recurrent | all
+#   bash scripts/gpu_suite.sh STAGE...  STAGE: tests | models | quick | step | prefill | options |
+#   mixed | splitstep | splittune | stacks | accuracy | gdn | gdncap | gdnbench | run | evidence |
+#   orpheus | orpheus_step | orpheus_iter | masked | statesteps | figures | codec | codec_overlap |
+#   codec_kernels | gemm | launch | kept | recurrent | all
 # with carry [".whl", ".jitcache"]. Logs go under $OUT (default ./gpu-out). JIT caches
 # (FlashInfer, Triton) are restored from .jitcache/ when present and saved to $OUT/jit-*.
 set -uo pipefail
