@@ -741,3 +741,77 @@ def test_decode_attention_in_the_interpreter_equals_dense_attention():
         assert result["dtype"] == ("torch.float32" if fp32 else "torch.bfloat16"), name
         assert result["shape"] == [7, int(name[1]) * 2, int(name.split("-d")[1].split("-")[0])]
         assert result["default_splits"] == 16  # 7 rows x 2 KV heads on 132 SMs
+
+
+# The Triton decode path through the CUDA ops (engine/kernels/cuda_ops.py, FlashInferAttention
+# with decode_kernel "triton", FlashInfer itself a stand-in: tests/fake_flashinfer.py): decode
+# steps staged by the step inputs, eagerly and padded to a graph bucket, bf16; the op stores
+# the step's K/V (our store kernel) and attends over the cache with the layer's scale, against
+# torch_paged_attention on a copy of the cache.
+OPS_CHECK = r"""
+import json
+import sys
+from types import SimpleNamespace
+import torch
+from tests import fake_flashinfer
+
+sys.modules["flashinfer"] = fake_flashinfer.module()
+from engine.kernels.cuda_ops import CudaOps
+from engine.layers.attention import Attention, torch_paged_attention
+from engine.worker.step_inputs import StepInputs
+
+PAGE, SINK, Q_HEADS, KV_HEADS, DIM = 16, 30, 8, 2, 32
+model = torch.nn.ModuleDict({"a": Attention(64, Q_HEADS, KV_HEADS, DIM)}).to(torch.bfloat16)
+ops = CudaOps(model, torch.device("cpu"), PAGE, decode_attention="triton")
+cache = SimpleNamespace(page_size=PAGE, sink_page=SINK, sink_slot=9)
+inputs = StepInputs(64, 8, 8, torch.device("cpu"), slots=2)
+
+
+def stage(cached, reads_page_table, bucket):
+    rows = [
+        SimpleNamespace(num_new=1, walk="decode", request=SimpleNamespace(
+            num_cached=c, pages=list(range(7 * i, 7 * i + 7)), tokens=[1] * (c + 1), slot=i, rid=i,
+        ))
+        for i, c in enumerate(cached)
+    ]
+    return inputs.stage(rows, cache, SimpleNamespace(reads_page_table=reads_page_table),
+                        pad_to=bucket)
+
+
+torch.manual_seed(0)
+report = {}
+for name, cached, bucket in (("eager", [5, 40, 16, 99], None), ("bucket", [0, 31, 63], 8)):
+    k_cache, v_cache = (torch.randn(SINK + 1, PAGE, KV_HEADS, DIM).bfloat16() for _ in "kv")
+    ref_k, ref_v = k_cache.clone(), v_cache.clone()
+    batch = stage(cached, False, bucket)
+    ref_batch = stage(cached, True, None)
+    rows = len(cached)
+    q = torch.randn(batch.num_rows, Q_HEADS, DIM).bfloat16()
+    k, v = torch.randn(2, batch.num_rows, KV_HEADS, DIM).bfloat16()
+    slot = ops.begin_step(batch, bucket)
+    got = ops.attention(q, k, v, k_cache, v_cache, batch, 0.2)
+    want = torch_paged_attention(q[:rows], k[:rows], v[:rows], ref_k, ref_v, ref_batch, 0.2)
+    report[name] = {
+        "err": (got[:rows].float() - want.float()).abs().max().item(),
+        "scale": want.float().abs().max().item(),
+        "caches_equal": torch.equal(k_cache, ref_k) and torch.equal(v_cache, ref_v),
+        "rows": got.shape[0], "slot": slot,
+        "flashinfer_plans": sum(w.plans for w in sys.modules["flashinfer"].built),
+    }
+print(json.dumps(report))
+"""
+
+
+def test_cuda_ops_decode_steps_on_the_triton_path_equal_the_reference():
+    """`engine.decode_attention: triton` through CudaOps.attention (FlashInfer a stand-in,
+    Triton interpreted): an eager decode step and one padded to a bucket of 8 rows (padding
+    rows on the sink page, storing nothing) store the same K/V as the reference and attend as
+    torch_paged_attention does at the layer's scale (0.2, not 1/sqrt(head_dim)), to bf16
+    rounding; no FlashInfer wrapper is planned; the slots alternate."""
+    report = _interpret(WIDENED_BF16_DOT + OPS_CHECK)
+    assert set(report) == {"eager", "bucket"}
+    for name, result in report.items():
+        assert result["err"] <= 2 * 2**-7 * max(1.0, result["scale"]), (name, result)
+        assert result["caches_equal"] and result["flashinfer_plans"] == 0, (name, result)
+    assert (report["eager"]["rows"], report["bucket"]["rows"]) == (4, 8)
+    assert (report["eager"]["slot"], report["bucket"]["slot"]) == (0, 1)
