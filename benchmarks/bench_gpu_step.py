@@ -5,6 +5,7 @@ prefill (or mixed) steps beside it.
     python -m benchmarks.bench_gpu_step --batch 64 --graphs --piecewise --prefill 1x384 4x256
     python -m benchmarks.bench_gpu_step --scenario orpheus --size 3b --context 256 --graphs
     python -m benchmarks.bench_gpu_step --batch 64 --graphs --dense-kernel triton
+    python -m benchmarks.bench_gpu_step --batch 64 --graphs --decode-attention triton
 
 Runs the engine's own step (`Engine.launch`, the wait, the host copy, `step_finished`) on a
 batch of requests whose prompts are prefilled first, then times decode steps: wall time per
@@ -39,7 +40,13 @@ import torch
 
 from benchmarks import device_streams, stats
 from benchmarks.options import positive_int
-from engine.config import DENSE_KERNELS, TRITON_LAUNCHES, Scenario, load_scenario
+from engine.config import (
+    DECODE_ATTENTIONS,
+    DENSE_KERNELS,
+    TRITON_LAUNCHES,
+    Scenario,
+    load_scenario,
+)
 from engine.kernels import GDN_PREFILL
 from engine.messages import AddRequest
 from engine.models import architecture
@@ -111,6 +118,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--decode-tensor-cores", action=argparse.BooleanOptionalAction, default=False
     )
+    parser.add_argument(  # engine.decode_attention: decode steps on FlashInfer's or ours
+        "--decode-attention", default="flashinfer", choices=list(DECODE_ATTENTIONS)
+    )
     parser.add_argument(  # engine.dense_kernel: the dense projections on cuBLAS or ours
         "--dense-kernel", default="torch", choices=list(DENSE_KERNELS)
     )
@@ -139,9 +149,9 @@ def main(argv: list[str] | None = None) -> None:
         scenario, args.batch, args.context, steps, args.kernels, args.graphs,
         piecewise_graphs=args.piecewise, piecewise_gdn=args.piecewise_gdn, mixing=args.mixing,
         gdn_prefill=args.gdn_prefill, gdn_split=args.gdn_split,
-        decode_tensor_cores=args.decode_tensor_cores, state_dtype=args.state_dtype,
-        dense_kernel=args.dense_kernel, triton_launch=args.triton_launch,
-        masked_head=args.masked_head,
+        decode_tensor_cores=args.decode_tensor_cores, decode_attention=args.decode_attention,
+        state_dtype=args.state_dtype, dense_kernel=args.dense_kernel,
+        triton_launch=args.triton_launch, masked_head=args.masked_head,
         max_rows=args.batch + max((int(p.split("x")[0]) for p in args.prefill), default=0),
     )  # fmt: skip
     for _ in range(args.warmup):
@@ -155,8 +165,9 @@ def main(argv: list[str] | None = None) -> None:
     print(
         f"decode step, size {scenario.size}, batch {args.batch}, context {args.context}, "
         f"kernels {engine.ops.name}, graphs {engine.graphs is not None}, decode tensor cores "
-        f"{args.decode_tensor_cores}, state {args.state_dtype}, dense {args.dense_kernel}, "
-        f"triton launch {args.triton_launch}, masked head {engine.first_logit > 0}: "
+        f"{args.decode_tensor_cores}, decode attention {args.decode_attention}, state "
+        f"{args.state_dtype}, dense {args.dense_kernel}, triton launch {args.triton_launch}, "
+        f"masked head {engine.first_logit > 0}: "
         f"{stats.render(decode)} over "
         f"{decode.n} steps = {args.batch / decode.median * 1e3:,.0f} tok/s{_mask_note(engine)}"
     )

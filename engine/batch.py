@@ -63,6 +63,10 @@ class ForwardBatch:
     token_row: torch.Tensor | None = None  # [T] int32, the row of each token (kernels)
     cached: torch.Tensor | None = None  # [R] int32, num_cached on the device (kernels)
     kv_indices: torch.Tensor | None = None  # [pages] int32, every row's pages, concatenated
+    # HostLayout's kv_indptr and kv_last_page_len on the device (the step inputs' views), for
+    # kernels that read the page layout there (engine/kernels/triton_decode.py)
+    kv_indptr: torch.Tensor | None = None  # [R + 1] int32
+    kv_last_page_len: torch.Tensor | None = None  # [R] int32
     last_index: torch.Tensor | None = None  # [R] int32, staged last_token_index
     host: HostLayout | None = None
     feed_index: torch.Tensor | None = None  # [T] int32, -1 or an index into the fed tokens

@@ -81,6 +81,13 @@ class EngineConfig:
     # FlashInfer's decode attention on tensor cores (its prefill kernel run for one query a
     # row), which FlashInfer advises for grouped-query heads of 4 or more (0.8b: 8 over 2).
     decode_tensor_cores: bool = False
+    # The kernel of decode steps' attention on the CUDA kernels: "flashinfer" (its decode
+    # wrappers; `decode_tensor_cores` picks which) or "triton" (ours, split over each row's
+    # tokens, engine/kernels/triton_decode.py: FlashInfer's decode in graphs read the cache at
+    # 1.7-1.8 TB/s of the H200's 4.8). Prefill and mixed steps run FlashInfer's prefill either
+    # way.
+    # "flashinfer" until ours is measured on a GPU.
+    decode_attention: str = "flashinfer"
     # Prefill and mixed steps (and decode steps past the largest decode bucket) replay CUDA
     # graphs of the token-wise pieces between the attention and Gated DeltaNet ops, captured
     # per token bucket (engine/worker/piecewise.py); same requirements as cuda_graphs.
@@ -143,6 +150,7 @@ class EngineConfig:
         # one-line error before any server starts
         split_setting(self.gdn_split)
         check_dense_kernel(self.dense_kernel)
+        check_decode_attention(self.decode_attention)
         if self.triton_launch not in TRITON_LAUNCHES:
             raise ConfigError(
                 f"engine.triton_launch must be one of {', '.join(TRITON_LAUNCHES)}, "
@@ -151,6 +159,7 @@ class EngineConfig:
 
 
 DENSE_KERNELS = ("torch", "triton", "head")  # engine.dense_kernel
+DECODE_ATTENTIONS = ("flashinfer", "triton")  # engine.decode_attention
 TRITON_LAUNCHES = ("jit", "bound")  # engine.triton_launch
 
 
@@ -169,6 +178,13 @@ def check_dense_kernel(name: str) -> None:
     if name not in DENSE_KERNELS:
         raise ConfigError(
             f"engine.dense_kernel must be one of {', '.join(DENSE_KERNELS)}, got {name!r}"
+        )
+
+
+def check_decode_attention(name: str) -> None:
+    if name not in DECODE_ATTENTIONS:
+        raise ConfigError(
+            f"engine.decode_attention must be one of {', '.join(DECODE_ATTENTIONS)}, got {name!r}"
         )
 
 

@@ -2,8 +2,8 @@
 # Every GPU test and benchmark of the project, for one `device` run (see docs/BENCHMARKS.md):
 #   bash scripts/gpu_suite.sh STAGE...  STAGE: tests | models | quick | step | prefill | options |
 #   mixed | splitstep | splittune | stacks | accuracy | gdn | gdncap | gdnbench | run | evidence |
-#   orpheus | orpheus_step | orpheus_iter | masked | statesteps | figures | codec | codec_overlap |
-#   codec_kernels | gemm | launch | kept | recurrent | all
+#   orpheus | orpheus_step | orpheus_iter | masked | statesteps | figures | decode_attn | codec |
+#   codec_overlap | codec_kernels | gemm | launch | kept | recurrent | all
 # with carry [".whl", ".jitcache"]. Logs go under $OUT (default ./gpu-out). JIT caches
 # (FlashInfer, Triton) are restored from .jitcache/ when present and saved to $OUT/jit-*.
 set -uo pipefail
@@ -338,6 +338,38 @@ for stage in "${stages[@]}"; do
         timeout 200 python3 -m harness measure "${FIGURES_SCENARIO:-qwen35}" -c "$c" \
           --requests $((4 * c)) --warmup "$c" --out "/tmp/figures-c$c-$RANDOM" 2>&1 \
           | head -n 24 | tee -a "$OUT/figures.log"
+      done ;;
+    decode_attn)  # engine.decode_attention triton (our split decode kernel) against FlashInfer's:
+      # its GPU tests, the kernel benchmark (one layer call in graphs, both models' heads, rows
+      # 1-128, contexts 256-2048; DECODE_SWEEP=1 adds our split counts and launches), then
+      # decode steps with each, profiled (the GPU's busy time a step and its kernels): Orpheus
+      # 3b (batch 64, graphs, tensor-core decode, masked head) at context 768, near a served
+      # row's mean (prompts of 16-64 tokens, 700-1400 audio tokens), and 0.8b (batch 64,
+      # context 512, graphs). One budget for the stage (DECODE_BUDGET, 420 s): each run's guard
+      # is cut to what is left of it, and a run left under 30 s is skipped with a line saying
+      # so. Each run's whole output goes to its log; its result lines to the terminal.
+      deadline=$((SECONDS + ${DECODE_BUDGET:-420}))
+      run_guarded() {  # run_guarded SECONDS LOG COMMAND...
+        local limit=$(($deadline - SECONDS)) log=$2
+        (( limit > $1 )) && limit=$1
+        shift 2
+        if (( limit < 30 )); then echo "skipped (decode_attn budget): $*" | tee -a "$OUT/$log"
+        else timeout "$limit" "$@" 2>&1 | tee -a "$OUT/$log" \
+          | grep -E "PASSED|FAILED|ERROR|passed|failed|decode step|GPU busy|GB/s|Error|error"; fi
+      }
+      run_guarded 110 decode_attn_tests.log python3 -m pytest -m gpu -v -rA --tb=short \
+        tests/test_gpu_kernels.py -k "triton_decode or flashinfer_attention"
+      sweep=(); [ "${DECODE_SWEEP:-0}" = 1 ] && sweep=(--sweep)
+      run_guarded 90 decode_attn_bench.log python3 -m benchmarks.bench_decode_attention \
+        "${sweep[@]}" --json "$OUT/decode_attn.jsonl"
+      for da in flashinfer triton; do
+        run_guarded 130 decode_attn_steps.log python3 -m benchmarks.bench_gpu_step \
+          --scenario orpheus --size 3b --batch 64 --context 768 --graphs --decode-tensor-cores \
+          --masked-head --decode-attention $da --profile /tmp/decode_attn_profile.txt
+      done
+      for da in flashinfer triton; do
+        run_guarded 90 decode_attn_steps.log python3 -m benchmarks.bench_gpu_step --batch 64 \
+          --context 512 --graphs --decode-attention $da --profile /tmp/decode_attn_profile.txt
       done ;;
     launch)  # what one launch costs the host (torch op, cuBLAS GEMM, Triton JIT and bound
       # runner, our wrappers): the eager step's host time divided among its launches

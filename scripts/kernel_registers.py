@@ -6,6 +6,8 @@ than its arithmetic says.
     PYTHONPATH=.:<a directory with triton> python scripts/kernel_registers.py [--warps 4 8] [--only gdn]
     ... scripts/kernel_registers.py --split chunk=64,prepare_warps=8
         (the split kernel's launches under a SplitConfig, engine/kernels/gdn_config.py)
+    ... scripts/kernel_registers.py --only _decode --specialise
+        (with the JIT's divisibility hints, as the GPU compiles: aligned, pipelined loads)
 """
 
 from __future__ import annotations
@@ -26,6 +28,10 @@ def main() -> None:
     parser.add_argument("--only", default="", help="kernels whose name contains this")
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
     parser.add_argument("--split", default=None, help="the split kernel under this SplitConfig")
+    parser.add_argument(
+        "--specialise", action="store_true",
+        help="with the JIT's divisibility hints, as the GPU compiles (offline.compile_launch)",
+    )  # fmt: skip
     args = parser.parse_args()
     dtype = getattr(torch, args.dtype)
     if args.split is None:
@@ -35,13 +41,14 @@ def main() -> None:
     seen = set()
     for launch in launches:
         name = launch.kernel.fn.__name__
-        shown = {k: v for k, v in launch.constexprs.items() if k in ("C", "BV", "PERSISTENT")}
+        named = ("C", "BV", "PERSISTENT", "HEAD_DIM", "BLOCK_N", "SPLITS")
+        shown = {k: v for k, v in launch.constexprs.items() if k in named}
         shown |= {"SCORES": True} if "SCORES" in _given(launch) else {}
         if launch.key in seen or args.only not in name:
             continue
         seen.add(launch.key)
         for warps in args.warps:
-            compiled = offline.compile_launch(launch, num_warps=warps)
+            compiled = offline.compile_launch(launch, num_warps=warps, specialise=args.specialise)
             text = ", ".join(f"{k}={v}" for k, v in shown.items())
             text += " fixed grid" if launch.fixed_grid else ""
             stages = launch.options.get("num_stages", 3)

@@ -38,6 +38,10 @@ def test_overrides_are_typed():
     assert s.engine.dense_kernel == "triton" and s.to_dict()["engine"]["dense_kernel"] == "triton"
     s = load_scenario("orpheus", "tiny", parse_overrides("engine.dense_kernel=head"))
     assert s.engine.dense_kernel == "head"
+    assert load_scenario("orpheus", "3b").engine.decode_attention == "flashinfer"  # unmeasured
+    s = load_scenario("qwen35", "0.8b", parse_overrides("engine.decode_attention=triton"))
+    assert s.engine.decode_attention == "triton"
+    assert s.to_dict()["engine"]["decode_attention"] == "triton"  # a run's manifest
 
 
 @pytest.mark.parametrize("name,size,overrides,message", [
@@ -57,6 +61,10 @@ def test_overrides_are_typed():
     ("qwen35", "tiny", "engine.gdn_split=chunk=32,warps=8", "unknown split config field 'warps'"),
     ("qwen35", "tiny", "engine.dense_kernel=cublas",
      "engine.dense_kernel must be one of torch, triton, head, got 'cublas'"),
+    ("qwen35", "0.8b", "engine.decode_attention=fa3",
+     "engine.decode_attention must be one of flashinfer, triton, got 'fa3'"),
+    ("orpheus", "tiny", "engine.decode_attention=true",
+     "engine.decode_attention must be a string, got True"),
 ])  # fmt: skip
 def test_bad_scenarios_and_overrides_are_clear_errors(name, size, overrides, message):
     with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("(", r"\(")):

@@ -155,16 +155,23 @@ def test_08b_engine_with_kept_triton_launches_emits_the_jit_launches_tokens():
     assert kept == jit
 
 
-def test_08b_decode_graph_replay_equals_eager_for_every_bucket():
+@pytest.mark.parametrize("decode_attention", ["flashinfer", "triton"])
+def test_08b_decode_graph_replay_equals_eager_for_every_bucket(decode_attention):
     """Graph replay against the eager step on the same inputs and cache, at row counts that
     fill a bucket and that pad one (3 -> 4, 20 -> 24, 33 -> 48): logits agree to bf16 noise
-    (the padded GEMM may block its sums differently) and the greedy tokens agree."""
+    (the padded GEMM may block its sums differently; with `decode_attention: triton` the
+    bucket's split count may differ from the eager step's rows') and the greedy tokens agree.
+    Triton's graphs capture no FlashInfer decode wrapper (INVARIANTS 58)."""
     config = replace(
-        load_scenario("qwen35", "0.8b").engine, kv_pages=1024, state_slots=72, max_rows=64
-    )
+        load_scenario("qwen35", "0.8b").engine, kv_pages=1024, state_slots=72, max_rows=64,
+        decode_attention=decode_attention,
+    )  # fmt: skip
     model = build_model("qwen35", "0.8b", 0, "bfloat16", "cuda")
     engine = Engine(model, config)
     assert engine.graphs is not None and engine.graphs.buckets[-1] == 64
+    attention = engine.ops.attention_backend
+    assert attention.decode_kernel == decode_attention
+    assert (attention.graph_decode == {}) == (decode_attention == "triton")
     for rid in range(64):
         prompt = [(17 * rid + 3 * j) % 240_000 + 1 for j in range(1 + 3 * rid)]
         msg = AddRequest(rid, prompt, 16, ignore_eos=True, temperature=0)

@@ -66,6 +66,8 @@ def _batch(cached: list[int], new: list[int], slots: list[int], pages: list[list
         token_row=torch.tensor(token_row, device=CUDA, **i32),
         cached=torch.tensor(cached, device=CUDA, **i32),
         kv_indices=torch.tensor([x for p in pages for x in p], device=CUDA, **i32),
+        kv_indptr=host.kv_indptr.to(CUDA),
+        kv_last_page_len=host.kv_last_page_len.to(CUDA),
         host=host,
     )
 
@@ -255,14 +257,25 @@ def test_gated_deltanet_prefill_then_decode_equals_the_reference(dtype, state_dt
             torch.testing.assert_close(got_pool.float(), want_pool.float(), atol=tol, rtol=tol)
 
 
-@pytest.mark.parametrize("tensor_cores", [False, True], ids=["cuda_cores", "tensor_cores"])
-def test_flashinfer_attention_prefill_and_decode_equal_the_reference(tensor_cores):
+@pytest.mark.parametrize(
+    ("tensor_cores", "decode_attention"),
+    [(False, "flashinfer"), (True, "flashinfer"), (False, "triton")],
+    ids=["cuda_cores", "tensor_cores", "triton"],
+)
+def test_flashinfer_attention_prefill_and_decode_equal_the_reference(
+    tensor_cores, decode_attention
+):
     """A prefill then two decode steps on FlashInfer against the torch paged attention; the
-    decode steps on its CUDA-core kernel or its tensor-core one (`decode_tensor_cores`)."""
+    decode steps on its CUDA-core kernel or its tensor-core one (`decode_tensor_cores`), or
+    on our Triton kernel (`decode_attention: triton`; the prefill still FlashInfer's)."""
     dtype, ps, q_heads, kv_heads, dim = torch.bfloat16, 16, 8, 2, 256
     model = torch.nn.ModuleDict({"a": GatedAttention(1024, q_heads, kv_heads, dim, 1e-6)})
-    ops = CudaOps(model.to(CUDA, dtype), CUDA, page_size=ps, decode_tensor_cores=tensor_cores)
+    ops = CudaOps(
+        model.to(CUDA, dtype), CUDA, page_size=ps, decode_tensor_cores=tensor_cores,
+        decode_attention=decode_attention,
+    )  # fmt: skip
     assert ops.attention_backend.tensor_cores == tensor_cores
+    assert ops.attention_backend.decode_kernel == decode_attention
     gen = torch.Generator(device=CUDA).manual_seed(3)
     caches = {k: torch.zeros(64, ps, kv_heads, dim, device=CUDA, dtype=dtype) for k in "kv"}
     ref_caches = {k: c.clone() for k, c in caches.items()}
@@ -277,6 +290,112 @@ def test_flashinfer_attention_prefill_and_decode_equal_the_reference(tensor_core
         want = torch_paged_attention(q, k, v, ref_caches["k"], ref_caches["v"], batch, dim**-0.5)
         torch.testing.assert_close(got, want, atol=2e-2, rtol=2e-2)
         torch.testing.assert_close(caches["k"], ref_caches["k"], atol=0, rtol=0)
+
+
+def _decode_layout(lengths: list[int], page: int, pages: int, gen: torch.Generator):
+    """Rows of `lengths` tokens on scattered pages of a pool of `pages` (the last kept for
+    padding rows): the page lists and the (indices, indptr, last-page lengths) on the GPU."""
+    free = torch.randperm(pages - 1, generator=gen).tolist()
+    lists = [[free.pop() for _ in range(-(-n // page))] for n in lengths]
+    indptr = np.cumsum([0] + [len(p) for p in lists]).tolist()
+    last = [n - (len(p) - 1) * page for n, p in zip(lengths, lists, strict=True)]
+    flat = [x for p in lists for x in p]
+    return lists, tuple(
+        torch.tensor(x, dtype=torch.int32, device=CUDA) for x in (flat, indptr, last)
+    )
+
+
+def _decode_reference(q, k_cache, v_cache, lengths, lists, page, scale) -> torch.Tensor:
+    """The torch reference's decode attention (`_paged_decode`) in fp32 on the same values."""
+    from engine.layers.attention import _paged_decode
+
+    rows = len(lengths)
+    batch = _batch([n - 1 for n in lengths], [1] * rows, list(range(rows)), lists, page)
+    return _paged_decode(q.float(), k_cache.float(), v_cache.float(), batch, scale)
+
+
+@pytest.mark.parametrize("model", ["0.8b", "3b"])
+def test_triton_decode_equals_the_reference_at_the_served_shapes(model):
+    """engine.decode_attention triton (engine/kernels/triton_decode.py) at 0.8b's heads (8 over
+    2, head dim 256) and Orpheus 3b's (24 over 8, 128), bf16: 1, 7, 64 and 128 rows of mixed
+    lengths up to 2,000 (1, page boundaries, one past), with the split count of the rows and
+    forced to 1, 3 and 16, against the torch reference in fp32 on the same values, to bf16
+    rounding of O(1) outputs."""
+    from engine.kernels import triton_decode
+    from engine.kernels.decode_config import SHAPES, decode_splits
+
+    q_heads, kv_heads, dim = SHAPES[model]
+    page, pages, scale = 16, 128 * 126, dim**-0.5
+    gen = torch.Generator().manual_seed(5)
+    cuda_gen = torch.Generator(device=CUDA).manual_seed(5)
+    k_cache, v_cache = torch.randn(
+        2, pages, page, kv_heads, dim, device=CUDA, dtype=torch.bfloat16, generator=cuda_gen
+    )  # fmt: skip
+    for rows in (1, 7, 64, 128):
+        lengths = torch.randint(1, 2001, (rows,), generator=gen).tolist()
+        lengths[: min(rows, 4)] = [1, 16, 17, 2000][: min(rows, 4)]
+        lists, layout = _decode_layout(lengths, page, pages, gen)
+        q = torch.randn(rows, q_heads, dim, device=CUDA, dtype=torch.bfloat16, generator=cuda_gen)
+        want = _decode_reference(q, k_cache, v_cache, lengths, lists, page, scale)
+        for splits in (None, 1, 3, 16):
+            got = triton_decode.paged_decode(q, k_cache, v_cache, *layout, scale, splits=splits)
+            assert got.dtype == torch.bfloat16 and got.shape == q.shape
+            torch.testing.assert_close(
+                got.float(),
+                want,
+                atol=2e-2,
+                rtol=2e-2,
+                msg=f"{rows} rows, splits {splits or decode_splits(rows, kv_heads)}",
+            )
+
+
+def test_triton_decode_replays_in_a_cuda_graph_as_it_runs_eagerly():
+    """INVARIANTS 58 on the GPU: the Triton decode captured at a bucket of 16 rows (3b's heads:
+    4 splits, the merge too) on fixed buffers of q and the page layout, then replayed after
+    other lengths and pages are written into those buffers (the step inputs' way), equals
+    the eager call on the same buffers, bit for bit, and the reference."""
+    from engine.kernels import triton_decode
+
+    q_heads, kv_heads, dim, page, pages, rows = 24, 8, 128, 16, 16 * 130, 16
+    gen = torch.Generator().manual_seed(7)
+    cuda_gen = torch.Generator(device=CUDA).manual_seed(7)
+    k_cache, v_cache = torch.randn(
+        2, pages, page, kv_heads, dim, device=CUDA, dtype=torch.bfloat16, generator=cuda_gen
+    )  # fmt: skip
+    q = torch.zeros(rows, q_heads, dim, device=CUDA, dtype=torch.bfloat16)
+    i32 = {"dtype": torch.int32, "device": CUDA}
+    indices = torch.zeros(pages, **i32)  # each at a fixed address, as the step inputs' views
+    indptr = torch.zeros(rows + 1, **i32)
+    last = torch.zeros(rows, **i32)
+
+    def write(lengths):
+        lists, (flat, ptr, tail) = _decode_layout(lengths, page, pages, gen)
+        indices[: len(flat)].copy_(flat)
+        indptr.copy_(ptr)
+        last.copy_(tail)
+        q.normal_(generator=cuda_gen)
+        return lists
+
+    def call():
+        return triton_decode.paged_decode(q, k_cache, v_cache, indices, indptr, last, dim**-0.5)
+
+    write([1] * rows)  # as a graph is captured: every row a padding row
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        call()  # compile off the capture
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = call()
+    for lengths in ([300, 1, 16, 17] * 4, torch.randint(1, 2001, (rows,), generator=gen).tolist()):
+        lists = write(lengths)
+        graph.replay()
+        eager = call()
+        torch.cuda.synchronize()
+        assert torch.equal(out, eager)
+        want = _decode_reference(q, k_cache, v_cache, lengths, lists, page, dim**-0.5)
+        torch.testing.assert_close(out.float(), want, atol=2e-2, rtol=2e-2)
 
 
 def test_gpu_sampling_greedy_exact_seeded_reproducible_and_batch_independent():

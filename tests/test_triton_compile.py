@@ -34,7 +34,7 @@ def test_every_triton_kernel_compiles_for_sm90(dtype):
         "_gdn_recurrent_kernel",
         "_gdn_chunked_kernel", "_gdn_prepare_kernel", "_gdn_states_kernel", "_gdn_outputs_kernel",
         "_snake_kernel", "_residual_snake_conv_kernel",
-        "_argmax_parts_kernel", "_argmax_pick_kernel",
+        "_argmax_parts_kernel", "_argmax_pick_kernel", "_decode_kernel", "_merge_kernel",
     }  # fmt: skip
     assert compiled == wanted
     # the capturable Gated DeltaNet op's launches (engine.piecewise_gdn), bounds on the device
@@ -91,3 +91,34 @@ def test_skinny_gemm_compiles_for_sm90_at_every_real_shape():
     assert by_shape[(64, 1024, 3584)] == (16, 7)
     assert by_shape[(64, 248_320, 1024)] == (1940, 1)
     assert by_shape[(64, 8224, 1024)] == (129, 1)
+
+
+def test_decode_attention_compiles_for_sm90_under_every_launch_the_sweep_tries():
+    """engine.decode_attention triton at 0.8b's and Orpheus 3b's heads (decode_config.SHAPES),
+    one split and four (the merge), under every launch of `launch_sweep` (the default first),
+    each compiled with the JIT's divisibility hints: a cubin, within an H200 block's shared
+    memory. The K and V tiles are pipelined (num_stages above 1): cp.async, and shared memory
+    for num_stages - 1 tiles of both in flight (the page ids loaded a tile ahead; loaded in the iteration that
+    reads them, the pipeliner kept one tile at any stage count below 5). The default launches
+    spill nothing (ptxas)."""
+    from engine.kernels.decode_config import DecodeLaunch, launch_for
+
+    launches = offline.record_decode_launches(torch.bfloat16, sweep=True)
+    distinct = {launch.variant: launch for launch in launches}
+    checked = 0
+    for launch in distinct.values():
+        binary = offline.compile_launch(launch, specialise=True)
+        assert binary.asm["cubin"], launch.key
+        assert binary.metadata.shared <= offline.H200_SHARED_BYTES, (launch.key, binary.metadata)
+        if launch.kernel.fn.__name__ != "_decode_kernel":
+            continue
+        block_n, head_dim = launch.constexprs["BLOCK_N"], launch.constexprs["HEAD_DIM"]
+        stages, warps = launch.options["num_stages"], launch.options["num_warps"]
+        tile = 2 * block_n * head_dim * 2  # K and V, bf16
+        if stages > 1:  # one stage: no pipelining
+            assert "cp.async" in binary.asm["ptx"], launch.key
+            assert binary.metadata.shared >= (stages - 1) * tile, (launch.key, binary.metadata)
+        if launch_for(head_dim) == DecodeLaunch(block_n, warps, stages):
+            assert " 0 bytes spill stores" in offline.ptxas_report(binary), launch.key
+            checked += 1
+    assert checked == 4  # two shapes, one split and four

@@ -492,13 +492,11 @@ def test_snac_decoder_dispatches_its_kernels_and_decodes_as_the_reference():
 # Python), rows 1, 7 and 64, x a strided view (every other row of a wider buffer), K not a
 # multiple of BLOCK_K, and the K split forced on and off. Triton 3.6's interpreter multiplies
 # bf16 operands of tl.dot as their uint16 bit patterns (create_dot never converts them), so
-# this subprocess widens them to fp32 first, as the GPU's MMA does (exact products in fp32).
-GEMM_CHECK = r"""
-import json
+# this subprocess widens them to fp32 first (WIDENED_BF16_DOT), as the GPU's MMA does (exact
+# products in fp32).
+WIDENED_BF16_DOT = r"""
 import numpy as np
-import torch
 from triton.runtime import interpreter
-from engine.kernels import triton_gemm
 
 create_dot = interpreter.InterpreterBuilder.create_dot
 
@@ -515,6 +513,13 @@ def widened_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
 
 
 interpreter.InterpreterBuilder.create_dot = widened_dot
+"""
+
+GEMM_CHECK = r"""
+import json
+import torch
+from engine.kernels import triton_gemm
+
 torch.manual_seed(0)
 report = {}
 shapes = [(1, 96, 256), (7, 200, 384), (64, 136, 1024), (16, 64, 200), (64, 72, 3584),
@@ -552,7 +557,7 @@ def test_skinny_gemm_in_the_interpreter_equals_fp32_math():
     so it is within one ulp of the output dtype (bf16 2^-7, fp16 2^-10 relative; the
     interpreter's fp32 -> bf16 truncates) plus fp32 summation-order noise, whatever the split.
     The split launches sum in a fixed order; the forced split 3 of K = 200 takes 2 steps."""
-    report = _interpret(GEMM_CHECK)
+    report = _interpret(WIDENED_BF16_DOT + GEMM_CHECK)
     assert len(report) == 2 * (7 * 3 + 1), sorted(report)
     for name, result in report.items():
         ulp = 2**-7 if name.startswith("bfloat16") else 2**-10
@@ -646,3 +651,167 @@ def test_argmax_kernel_in_the_interpreter_equals_torchs_first_maximum():
     the maximum in the last column, strided rows, no rows."""
     report = _interpret(ARGMAX)
     assert all(report.values()), report
+
+
+# Our decode attention (engine/kernels/triton_decode.py) against dense fp32 attention over each
+# row's gathered pages, on the same (rounded) inputs. Two models: group 3 at head dim 32 and
+# page 16 (tiles of 64 tokens: several pages a tile), group 4 at head dim 64 and page 48 (a tile
+# crosses a page boundary mid-page); a non-default scale each. Rows of 1, 15, 16, 17, 100 and
+# 300 tokens (past every split's tile at 2 and 5 splits) on scattered pages, and a padding row
+# as the step inputs stage one (the sink page, one token); q a strided view. Splits 1, 2, 5 and
+# the default (16 at 7 rows); fp32 and bf16.
+DECODE_CHECK = r"""
+import json
+import torch
+from engine.kernels import triton_decode
+from engine.kernels.decode_config import decode_splits
+
+LENGTHS = [1, 15, 16, 17, 100, 300]
+
+
+def layout(page, pages, sink, lengths):
+    # each row's pages scattered over the pool; the padding row last, on the sink page
+    free = torch.randperm(pages - 1).tolist()
+    indices, indptr, last = [], [0], []
+    for n in lengths:
+        count = -(-n // page)
+        indices += [free.pop() for _ in range(count)]
+        indptr.append(len(indices))
+        last.append(n - (count - 1) * page)
+    indices.append(sink), indptr.append(len(indices)), last.append(1)
+    i32 = {"dtype": torch.int32}
+    return torch.tensor(indices, **i32), torch.tensor(indptr, **i32), torch.tensor(last, **i32)
+
+
+def dense(q, k_cache, v_cache, indices, indptr, last, scale):
+    # fp32 attention of each row's query over its tokens, query head h on KV head h // group
+    page, kv_heads = k_cache.shape[1], k_cache.shape[2]
+    group = q.shape[1] // kv_heads
+    out = torch.empty(q.shape, dtype=torch.float32)
+    for r in range(q.shape[0]):
+        pages = indices[indptr[r] : indptr[r + 1]].long()
+        n = (len(pages) - 1) * page + int(last[r])
+        k = k_cache[pages].flatten(0, 1)[:n].float().repeat_interleave(group, dim=1)
+        v = v_cache[pages].flatten(0, 1)[:n].float().repeat_interleave(group, dim=1)
+        scores = torch.einsum("hd,thd->ht", q[r].float(), k) * scale
+        out[r] = torch.einsum("ht,thd->hd", scores.softmax(-1), v)
+    return out
+
+
+torch.manual_seed(0)
+report = {}
+for q_heads, kv_heads, dim, page, scale in ((6, 2, 32, 16, 0.3), (8, 2, 64, 48, 0.05)):
+    pages = 40 if page == 16 else 16
+    indices, indptr, last = layout(page, pages, pages - 1, LENGTHS)
+    rows = len(LENGTHS) + 1
+    for dtype in (torch.float32, torch.bfloat16):
+        k_cache, v_cache = torch.randn(2, pages, page, kv_heads, dim).to(dtype)
+        q = torch.randn(rows, q_heads, 2 * dim).to(dtype)[..., :dim]  # a strided view
+        want = dense(q, k_cache, v_cache, indices, indptr, last, scale)
+        for splits in (1, 2, 5, None):
+            got = triton_decode.paged_decode(
+                q, k_cache, v_cache, indices, indptr, last, scale, splits=splits
+            )
+            report[f"g{q_heads // kv_heads}-d{dim}-p{page}-{str(dtype)[6:]}-s{splits}"] = {
+                "err": (got.float() - want).abs().max().item(),
+                "scale": want.abs().max().item(),
+                "padding_row": (got[-1].float() - want[-1]).abs().max().item(),
+                "dtype": str(got.dtype), "shape": list(got.shape),
+                "default_splits": decode_splits(rows, kv_heads),
+            }
+empty = triton_decode.paged_decode(q[:0], k_cache, v_cache, indices, indptr[:1], last[:0], 0.1)
+report["no rows"] = list(empty.shape)
+print(json.dumps(report))
+"""
+
+
+def test_decode_attention_in_the_interpreter_equals_dense_attention():
+    """paged_decode against fp32 attention over the gathered pages: fp32 to float rounding
+    (the splits merge in another order), bf16 within two bf16 ulps of the outputs' scale (the
+    probabilities rounded to bf16 for the P V product, then the output once; the interpreter's
+    conversions truncate); the padding row too; the output in q's dtype and shape; a step of
+    no rows launches nothing."""
+    report = _interpret(WIDENED_BF16_DOT + DECODE_CHECK)
+    assert report.pop("no rows") == [0, 8, 64]  # a step of no rows launches nothing
+    assert len(report) == 2 * 2 * 4, sorted(report)
+    for name, result in report.items():
+        fp32 = "-float32-" in name
+        tol = 1e-5 if fp32 else 2 * 2**-7 * max(1.0, result["scale"])
+        assert result["err"] <= tol and result["padding_row"] <= tol, (name, result)
+        assert result["dtype"] == ("torch.float32" if fp32 else "torch.bfloat16"), name
+        assert result["shape"] == [7, int(name[1]) * 2, int(name.split("-d")[1].split("-")[0])]
+        assert result["default_splits"] == 16  # 7 rows x 2 KV heads on 132 SMs
+
+
+# The Triton decode path through the CUDA ops (engine/kernels/cuda_ops.py, FlashInferAttention
+# with decode_kernel "triton", FlashInfer itself a stand-in: tests/fake_flashinfer.py): decode
+# steps staged by the step inputs, eagerly and padded to a graph bucket, bf16; the op stores
+# the step's K/V (our store kernel) and attends over the cache with the layer's scale, against
+# torch_paged_attention on a copy of the cache.
+OPS_CHECK = r"""
+import json
+import sys
+from types import SimpleNamespace
+import torch
+from tests import fake_flashinfer
+
+sys.modules["flashinfer"] = fake_flashinfer.module()
+from engine.kernels.cuda_ops import CudaOps
+from engine.layers.attention import Attention, torch_paged_attention
+from engine.worker.step_inputs import StepInputs
+
+PAGE, SINK, Q_HEADS, KV_HEADS, DIM = 16, 30, 8, 2, 32
+model = torch.nn.ModuleDict({"a": Attention(64, Q_HEADS, KV_HEADS, DIM)}).to(torch.bfloat16)
+ops = CudaOps(model, torch.device("cpu"), PAGE, decode_attention="triton")
+cache = SimpleNamespace(page_size=PAGE, sink_page=SINK, sink_slot=9)
+inputs = StepInputs(64, 8, 8, torch.device("cpu"), slots=2)
+
+
+def stage(cached, reads_page_table, bucket):
+    rows = [
+        SimpleNamespace(num_new=1, walk="decode", request=SimpleNamespace(
+            num_cached=c, pages=list(range(7 * i, 7 * i + 7)), tokens=[1] * (c + 1), slot=i, rid=i,
+        ))
+        for i, c in enumerate(cached)
+    ]
+    return inputs.stage(rows, cache, SimpleNamespace(reads_page_table=reads_page_table),
+                        pad_to=bucket)
+
+
+torch.manual_seed(0)
+report = {}
+for name, cached, bucket in (("eager", [5, 40, 16, 99], None), ("bucket", [0, 31, 63], 8)):
+    k_cache, v_cache = (torch.randn(SINK + 1, PAGE, KV_HEADS, DIM).bfloat16() for _ in "kv")
+    ref_k, ref_v = k_cache.clone(), v_cache.clone()
+    batch = stage(cached, False, bucket)
+    ref_batch = stage(cached, True, None)
+    rows = len(cached)
+    q = torch.randn(batch.num_rows, Q_HEADS, DIM).bfloat16()
+    k, v = torch.randn(2, batch.num_rows, KV_HEADS, DIM).bfloat16()
+    slot = ops.begin_step(batch, bucket)
+    got = ops.attention(q, k, v, k_cache, v_cache, batch, 0.2)
+    want = torch_paged_attention(q[:rows], k[:rows], v[:rows], ref_k, ref_v, ref_batch, 0.2)
+    report[name] = {
+        "err": (got[:rows].float() - want.float()).abs().max().item(),
+        "scale": want.float().abs().max().item(),
+        "caches_equal": torch.equal(k_cache, ref_k) and torch.equal(v_cache, ref_v),
+        "rows": got.shape[0], "slot": slot,
+        "flashinfer_plans": sum(w.plans for w in sys.modules["flashinfer"].built),
+    }
+print(json.dumps(report))
+"""
+
+
+def test_cuda_ops_decode_steps_on_the_triton_path_equal_the_reference():
+    """`engine.decode_attention: triton` through CudaOps.attention (FlashInfer a stand-in,
+    Triton interpreted): an eager decode step and one padded to a bucket of 8 rows (padding
+    rows on the sink page, storing nothing) store the same K/V as the reference and attend as
+    torch_paged_attention does at the layer's scale (0.2, not 1/sqrt(head_dim)), to bf16
+    rounding; no FlashInfer wrapper is planned; the slots alternate."""
+    report = _interpret(WIDENED_BF16_DOT + OPS_CHECK)
+    assert set(report) == {"eager", "bucket"}
+    for name, result in report.items():
+        assert result["err"] <= 2 * 2**-7 * max(1.0, result["scale"]), (name, result)
+        assert result["caches_equal"] and result["flashinfer_plans"] == 0, (name, result)
+    assert (report["eager"]["rows"], report["bucket"]["rows"]) == (4, 8)
+    assert (report["eager"]["slot"], report["bucket"]["slot"]) == (0, 1)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from engine.config import ConfigError, check_dense_kernel, split_setting
+from engine.config import ConfigError, check_decode_attention, check_dense_kernel, split_setting
 from engine.kernels.gdn_config import SPLIT_FROM_TOKENS
 
 if TYPE_CHECKING:  # torch is not imported here: engine.config reads gdn_config, this package's
@@ -47,6 +47,7 @@ def build_ops(
     gdn_split_from_tokens: int = SPLIT_FROM_TOKENS,
     dense_kernel: str = "torch",
     triton_launch: str = "jit",
+    decode_attention: str = "flashinfer",
 ):
     """The ops object a step's ForwardBatch carries for `model` on `device`; `slots` host
     buffers for the resources that declare `force_double_buffer`; `gdn_prefill` names the
@@ -56,13 +57,15 @@ def build_ops(
     split kernel's launch configuration (engine.gdn_split, SplitConfig's text), taken by
     `auto` from rows of `gdn_split_from_tokens` new tokens on; `dense_kernel` runs the CUDA
     ops' dense projections on torch's GEMM or ours for few rows (engine.dense_kernel);
-    `triton_launch` sets how this process launches its Triton kernels (engine.triton_launch)."""
+    `triton_launch` sets how this process launches its Triton kernels (engine.triton_launch);
+    `decode_attention` names the kernel of decode steps' attention (engine.decode_attention)."""
     if gdn_prefill not in GDN_PREFILL:
         raise ConfigError(
             f"engine.gdn_prefill must be one of {', '.join(GDN_PREFILL)}, got {gdn_prefill!r}"
         )
     split = split_setting(gdn_split)
     check_dense_kernel(dense_kernel)
+    check_decode_attention(decode_attention)
     if resolve_backend(name, device) == "torch":
         from engine.kernels.torch_ops import TORCH_OPS
 
@@ -74,5 +77,5 @@ def build_ops(
 
     return CudaOps(
         model, device, page_size, slots, gdn_prefill, decode_tensor_cores, piecewise_gdn, split,
-        gdn_split_from_tokens, dense_kernel,
+        gdn_split_from_tokens, dense_kernel, decode_attention,
     )  # fmt: skip

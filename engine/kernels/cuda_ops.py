@@ -6,8 +6,9 @@
   with `dense_kernel="triton"`, on ours for steps of up to triton_gemm.MAX_ROWS rows in
   bf16/fp16 (triton_gemm.py: the weight streamed once); more rows and fp32 stay on torch's.
 - Norms, q/k norm + rotary, the gated norm, SiLU-and-multiply, the K/V store: Triton
-  (triton_norms.py). Attention: FlashInfer for bf16/fp16; fp32 (the verification mode) uses
-  the torch reference attention, since FlashInfer has no fp32 kernels.
+  (triton_norms.py). Attention: FlashInfer for bf16/fp16, decode steps on our split Triton
+  kernel with `decode_attention="triton"` (triton_decode.py); fp32 (the verification mode)
+  uses the torch reference attention, since FlashInfer has no fp32 kernels.
 - Gated DeltaNet: the conv and, for decode steps and fp32, the recurrence run on our Triton
   kernels in place on the state pool (triton_gdn.py); bf16/fp16 prefill and mixed steps run
   our chunked kernel, in place, one launch a layer (`gdn_prefill="triton"`), or in three
@@ -64,6 +65,7 @@ class CudaOps:
         gdn_split: SplitConfig = SPLIT_DEFAULT,
         gdn_split_from_tokens: int = SPLIT_FROM_TOKENS,
         dense_kernel: str = "torch",
+        decode_attention: str = "flashinfer",
     ):
         self.device = device
         self.dense_kernel = dense_kernel  # engine.dense_kernel: "torch", "triton" or "head"
@@ -89,6 +91,7 @@ class CudaOps:
                     self.attention_backend = FlashInferAttention(
                         module.heads, module.kv_heads, module.head_dim, page_size,
                         self.dtype, device, slots, tensor_cores=decode_tensor_cores,
+                        decode_kernel=decode_attention,
                     )  # fmt: skip
             elif isinstance(module, GatedDeltaNet):
                 proj = (module.in_proj_qkv, module.in_proj_z, module.in_proj_b, module.in_proj_a)
@@ -150,7 +153,7 @@ class CudaOps:
         triton_norms.store_kv(
             k.view(tokens, -1), v.view(tokens, -1), k_cache, v_cache, batch.slot_mapping
         )
-        return self.attention_backend.run(q, k_cache, v_cache)
+        return self.attention_backend.run(q, k_cache, v_cache, scale)
 
     def linear_attention(self, layer: GatedDeltaNet, mixed, a, b, conv_state, ssm_state, batch):
         weight = layer.conv1d.weight[:, 0, :]

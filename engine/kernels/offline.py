@@ -28,8 +28,10 @@ from triton.compiler import ASTSource
 
 from engine.batch import GdnTables
 from engine.kernels import (
+    decode_config,
     gdn_tables,
     triton_argmax,
+    triton_decode,
     triton_gdn,
     triton_gemm,
     triton_norms,
@@ -117,7 +119,8 @@ class _Recorder:
 def recording(launches: list):
     """Every @triton.jit function of the kernel modules swapped for a recorder, and back."""
     swapped = []
-    for module in (triton_norms, triton_gdn, triton_snac, triton_gemm, triton_argmax):
+    modules = (triton_norms, triton_gdn, triton_snac, triton_gemm, triton_argmax, triton_decode)
+    for module in modules:
         for name in dir(module):
             value = getattr(module, name)
             kernel = value.kernel if isinstance(value, BoundKernel) else value
@@ -138,11 +141,36 @@ def record_launches(dtype: torch.dtype) -> list[Launch]:
     and the conv and Gated DeltaNet of that step padded to a bucket of 128 tokens on fixed
     grids (`gated_delta_fixed_grid`); and the SNAC codec's at 24 kHz: a Snake on the first
     block's input and on the last's output, a residual unit of the first block at each
-    dilation and one of the last."""
+    dilation and one of the last; and the decode attention's (`record_decode_launches`)."""
     launches: list = []
     with recording(launches):
         _run_wrappers(dtype)
         _run_codec_wrappers(dtype)
+    return launches + record_decode_launches(dtype)
+
+
+def record_decode_launches(
+    dtype: torch.dtype = torch.bfloat16, sweep: bool = False
+) -> list[Launch]:
+    """The decode attention's launches (`triton_decode.paged_decode`) at each shape of
+    decode_config.SHAPES for 64 rows of one page, in one split and in four (the merge too),
+    under the head dim's default launch or, with `sweep`, every launch the benchmark's sweep
+    tries (`decode_config.launch_sweep`)."""
+    launches: list = []
+    i32 = {"dtype": torch.int32}
+    rows = 64
+    with recording(launches):
+        for q_heads, kv_heads, head_dim in decode_config.SHAPES.values():
+            q = torch.zeros(rows, q_heads, head_dim, dtype=dtype)
+            cache = torch.zeros(rows + 1, 16, kv_heads, head_dim, dtype=dtype)
+            layout = (torch.arange(rows, **i32), torch.arange(rows + 1, **i32),
+                      torch.ones(rows, **i32))  # fmt: skip
+            default = [decode_config.launch_for(head_dim)]
+            for launch in decode_config.launch_sweep(head_dim) if sweep else default:
+                for splits in (1, 4):
+                    triton_decode.paged_decode(
+                        q, cache, cache, *layout, head_dim**-0.5, splits=splits, launch=launch
+                    )
     return launches
 
 

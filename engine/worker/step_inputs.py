@@ -165,6 +165,8 @@ class StepInputs:
             token_row=dev["token_row"],
             cached=dev["cached"],
             kv_indices=dev["kv_indices"],
+            kv_indptr=dev["kv_indptr"],
+            kv_last_page_len=dev["kv_last_page_len"],
             last_index=dev["last_index"],
             host=HostLayout(
                 host["kv_indptr"],
