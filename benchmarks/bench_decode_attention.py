@@ -26,16 +26,15 @@ itself). Rows have the context's length each, their pages scattered over the poo
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from functools import partial
 from types import SimpleNamespace
 
 import torch
 
 from benchmarks import stats
-from benchmarks.options import positive_int
+from benchmarks.options import append_json_lines, positive_int
 from engine.kernels.decode_config import SHAPES, DecodeLaunch, decode_splits, launch_sweep
 
 PAGE = 16
@@ -252,9 +251,7 @@ def main(argv: list[str] | None = None) -> None:
         with open(args.profile, "w") as out:
             out.write("\n".join(profiles))
     if args.json:
-        with open(args.json, "a") as out:
-            for timing in timings:
-                out.write(json.dumps(asdict(timing)) + "\n")
+        append_json_lines(args.json, timings)
 
 
 if __name__ == "__main__":

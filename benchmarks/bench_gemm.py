@@ -15,14 +15,13 @@ at best. `--split` forces our kernel's K split (its plan's otherwise).
 from __future__ import annotations
 
 import argparse
-import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from functools import partial
 
 import torch
 
 from benchmarks import stats
-from benchmarks.options import positive_int
+from benchmarks.options import append_json_lines, positive_int
 
 
 @dataclass(frozen=True)
@@ -115,9 +114,7 @@ def main(argv: list[str] | None = None) -> None:
     models = list(triton_gemm.SHAPES) if args.model is None else args.model
     timings = measure(models, args.rows, args.repeats, args.split)
     if args.json:
-        with open(args.json, "a") as out:
-            for timing in timings:
-                out.write(json.dumps(asdict(timing)) + "\n")
+        append_json_lines(args.json, timings)
 
 
 if __name__ == "__main__":

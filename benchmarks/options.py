@@ -1,8 +1,12 @@
-"""The micro-benchmarks' shared command-line option types (argparse)."""
+"""The micro-benchmarks' shared command-line option types (argparse) and their `--json`
+output."""
 
 from __future__ import annotations
 
 import argparse
+import json
+from collections.abc import Iterable
+from dataclasses import asdict
 
 
 def positive_int(text: str) -> int:
@@ -16,3 +20,10 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
     return value
+
+
+def append_json_lines(path: str, records: Iterable) -> None:
+    """`--json PATH`: each record (a dataclass) appended to PATH as one JSON line."""
+    with open(path, "a") as out:
+        for record in records:
+            out.write(json.dumps(asdict(record)) + "\n")
