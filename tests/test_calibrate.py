@@ -4,11 +4,15 @@ response completes stops, and the flat-out phase ends by time, not by the client
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 import time
+from types import SimpleNamespace
 
 import pytest
 
-from harness.measure.calibrate import Settings, _throughput, calibrate
+from harness.measure.calibrate import Settings, _own_cpu_s, _throughput, calibrate, client_cpu
 from harness.measure.event_loop import run_loop
 from harness.measure.http_client import Connection, Endpoint, Lane
 
@@ -63,3 +67,25 @@ def test_calibrate_at_a_small_size_finishes_in_bounded_time():
     result = calibrate(Settings(concurrency=8, output_tokens=64, duration_s=2.0))
     assert time.monotonic() - start < 60
     assert result["latency"]["failures"] == result["throughput"]["failures"] == 0
+
+
+def test_the_clients_cpu_leaves_out_children_reaped_meanwhile():
+    """The quiet-machine check (machine CPU less the client's and the mock's) must not take a
+    reaped child's CPU for the client's: a child that burns CPU and is reaped within the
+    window counts in os.times() but not in `_own_cpu_s` (the flake of session 11: servers of
+    earlier tests reaped during the open-loop test made a busy machine read quiet). A sharded
+    load's shards count through the result's figure; an in-process load's is this process's."""
+    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass"
+
+    def children() -> float:
+        t = os.times()
+        return t.children_user + t.children_system
+
+    ours, reaped = _own_cpu_s(), children()
+    subprocess.run([sys.executable, "-c", burn], check=True)
+    assert children() - reaped >= 0.25  # os.times() counts it ...
+    assert _own_cpu_s() - ours < 0.15  # ... the client's CPU does not
+    in_process = SimpleNamespace(shards=1, client_cpu_s=0.7)
+    sharded = SimpleNamespace(shards=3, client_cpu_s=2.5)
+    assert client_cpu(in_process, 0.7) == 0.7
+    assert client_cpu(sharded, 0.1) == pytest.approx(2.6)

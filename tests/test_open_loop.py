@@ -15,7 +15,13 @@ import pytest
 from engine.config import LoadProfile
 from harness.analysis.calibration import QUIET_CORES, TARGETS
 from harness.measure.arrivals import ArrivalSchedule
-from harness.measure.calibrate import MockProcess, Settings, _machine_busy_s, _own_cpu_s
+from harness.measure.calibrate import (
+    MockProcess,
+    Settings,
+    _machine_busy_s,
+    _own_cpu_s,
+    client_cpu,
+)
 from harness.measure.event_loop import run_loop
 from harness.measure.loadgen import run_load
 from harness.measure.request_sequence import build_requests
@@ -62,7 +68,8 @@ def test_arrivals_at_bench_mock_follow_the_schedule():
             busy, ours, theirs = _machine_busy_s(), _own_cpu_s(), mock.cpu_s()
             wall = time.perf_counter()
             result = await run_load(mock.url, requests, 64, warmup, arrivals=schedule)
-            others = _machine_busy_s() - busy - (_own_cpu_s() - ours) - (mock.cpu_s() - theirs)
+            ours = client_cpu(result, _own_cpu_s() - ours)
+            others = _machine_busy_s() - busy - ours - (mock.cpu_s() - theirs)
             others_cores = others / (time.perf_counter() - wall)
             return result, await mock.stats("requests"), others_cores
 
