@@ -121,7 +121,8 @@ class EngineConfig:
     # codes of 156,940 ids) gets logits of that span only: the LM head's product over those
     # rows of its weight (engine/models/decoder.py `CausalLM.restrict_head`). The same windows
     # are sampled from the same logits; the head's weight read shrinks 5.5x at 3b (~1 GB a
-    # step). Ignored by a node that declares no span. Off until measured on a GPU.
+    # step). Ignored by a node that declares no span. Off by default; on in Orpheus's `tiny`
+    # and `3b` (scenarios/orpheus.yaml; at 3b measured on the H200 in session 11).
     masked_head: bool = False
     # How the CUDA ops launch their Triton kernels (engine/kernels/triton_launch.py): "jit"
     # (Triton's own launch, which finds the compiled kernel on every call) or "bound" (the
