@@ -199,17 +199,19 @@ def test_seeded_init_is_reproducible():
     assert 1e6 < a.num_parameters() < 1e7
 
 
-def test_building_the_models_does_not_import_torch_dynamo():
+def test_building_the_models_does_not_import_torch_dynamo_or_sympy():
     """The meta-device build skips the modules' initialisers: nn.Embedding's normal_ on the
-    meta device imported torch._dynamo, a second of every worker's start on 2 cores."""
+    meta device imported torch._dynamo, a second of every worker's start on 2 cores; and it
+    allocates with torch.empty: Module.to_empty's empty_like of a meta tensor imported sympy,
+    ~0.4 s more."""
     code = (
         "import sys; from engine.models import build_model, build_streams; "
         "build_model('qwen35', 'tiny', 0, 'float32', 'cpu'); "
         "build_model('orpheus', 'tiny', 0, 'float32', 'cpu'); "
         "build_streams('orpheus', 'tiny', 0, 'float32', 'cpu', 'torch'); "
-        "print('torch._dynamo' in sys.modules)"
+        "print('torch._dynamo' in sys.modules, 'sympy' in sys.modules)"
     )
-    assert fresh_python(code) == "False"
+    assert fresh_python(code) == "False False"
 
 
 def test_08b_shapes_keep_activations_finite():
