@@ -186,7 +186,7 @@ class ServerProcess:
                 )
             if self.answers_health():
                 return
-            time.sleep(0.2)
+            time.sleep(0.05)  # a refused connect costs ~0.1 ms; a coarser poll adds to each start
         self.stop()
         raise BenchError(
             f"server not healthy after {timeout:.0f} s; see {self.log_path or 'its output'}"
