@@ -93,15 +93,16 @@ def serve(
         scenario.engine.device,
     )
     command = worker_command or (lambda ipc: _worker_command(scenario, ipc, server_id))
-    worker = subprocess.Popen(command(ipc_path))
+    worker = None
     try:
+        worker = subprocess.Popen(command(ipc_path))
         # Imported once the worker runs: its start (torch's import, ~1.5 s on 2 cores) overlaps
         # aiohttp's and the API's (~0.2 s), which a start used to wait for.
         from engine.api.serving import run_api
 
         return asyncio.run(run_api(scenario, tokenizer, sock, ipc_path, worker))
     finally:
-        if worker.poll() is None:  # run_api never ran (it stops its worker itself)
+        if worker is not None and worker.poll() is None:  # run_api never ran: it stops its own
             worker.kill()
             worker.wait()
         sock.close()
