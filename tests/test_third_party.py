@@ -120,13 +120,12 @@ def test_on_a_server_of_known_rate_bench_measure_reads_that_rate(tmp_path):
     C x 32 / (0.020 + 31 x 0.030) = 269.5 tok/s at C = 8. `bench measure`'s steady figure
     reads it within 2% (the client's own turnaround between a request and the next is the
     only slack, and it can only lower the figure). GuideLLM's mean on the same load and server
-    is printed beside it: 298 tok/s (+11%) in session 7, its time-weighted rate of token
-    events not being the steady rate at C; that is the gap the test above allows for."""
-    pytest.importorskip("guidellm", reason="GuideLLM is in the dev extra")
+    read 298 tok/s (+11%) in session 7, its time-weighted rate of token events not being the
+    steady rate at C; that is the gap the test above allows for. (GuideLLM ran here too until
+    session 12, only to print that figure: ~15 s of CI for no assertion.)"""
     ttft_s, itl_s = 0.020, 0.030
     known = CONCURRENCY * OUTPUT_TOKENS / (ttft_s + (OUTPUT_TOKENS - 1) * itl_s)
     vocab = 4096
-    tokenizer = word_tokenizer(tmp_path / "tokenizer", vocab).parent
     prompts = prompt_file(tmp_path / "prompts.jsonl", vocab)
     port = free_port()
     mock = [sys.executable, "-m", "harness", "mock", "--port", str(port), "--model", "qwen35",
@@ -134,6 +133,5 @@ def test_on_a_server_of_known_rate_bench_measure_reads_that_rate(tmp_path):
             "--output-tokens", str(OUTPUT_TOKENS)]  # fmt: skip
     with ServerProcess("mock", port=port, command=mock, cwd=ROOT) as server:
         bench = bench_tok_per_s(server.url, prompts, tmp_path / "b", chat=False)
-        guidellm = guidellm_tok_per_s(server.url, prompts, tokenizer, tmp_path / "g.json", False)
-    print(f"known {known:.1f} tok/s: bench measure {bench:.1f}, GuideLLM {guidellm:.1f}")
+    print(f"known {known:.1f} tok/s: bench measure {bench:.1f}")
     assert known * 0.98 <= bench <= known * 1.001, (known, bench)
