@@ -2,8 +2,8 @@
 # Every GPU test and benchmark of the project, for one `device` run (see docs/BENCHMARKS.md):
 #   bash scripts/gpu_suite.sh STAGE...  STAGE: tests | models | quick | step | prefill | options |
 #   mixed | splitstep | splittune | stacks | accuracy | gdn | gdncap | gdnbench | run | evidence |
-#   orpheus | orpheus_step | orpheus_iter | masked | statesteps | figures | decode_attn | codec |
-#   codec_overlap | codec_kernels | gemm | launch | kept | recurrent | all
+#   orpheus | orpheus_step | orpheus_iter | masked | statesteps | figures | decode_attn |
+#   decode_attn_3b | codec | codec_overlap | codec_kernels | gemm | launch | kept | recurrent | all
 # with carry [".whl", ".jitcache"]. Logs go under $OUT (default ./gpu-out). JIT caches
 # (FlashInfer, Triton) are restored from .jitcache/ when present and saved to $OUT/jit-*.
 set -uo pipefail
@@ -339,19 +339,21 @@ for stage in "${stages[@]}"; do
           --requests $((4 * c)) --warmup "$c" --out "/tmp/figures-c$c-$RANDOM" 2>&1 \
           | head -n 24 | tee -a "$OUT/figures.log"
       done ;;
-    decode_attn)  # engine.decode_attention triton (our split decode kernel) against FlashInfer's:
-      # its GPU tests, the kernel benchmark (one layer call in graphs, both models' heads, rows
-      # 1-128, contexts 256-2048; DECODE_SWEEP=1 adds our split counts and launches), then
-      # decode steps with each, profiled (the GPU's busy time a step and its kernels): 0.8b
-      # (batch 64, context 512, graphs; ~40 s a run), then Orpheus 3b (batch 64, graphs,
+    decode_attn|decode_attn_3b)  # engine.decode_attention triton (our split decode kernel)
+      # against FlashInfer's, in two calls of ~5 minutes (a machine taken back mid-call
+      # returns nothing). `decode_attn`: the kernel's GPU tests and the engine's 0.8b decode
+      # graphs on it (every bucket's replay against eager), the kernel benchmark (one layer
+      # call in graphs, both models' heads, rows 1-128, contexts 256-2048; DECODE_SWEEP=1 adds
+      # our split counts and launches), then 0.8b decode steps with each kernel (batch 64,
+      # context 512, graphs; ~40 s a run), profiled (the GPU's busy time a step, its
+      # kernels). `decode_attn_3b`: Orpheus 3b's steps with each (batch 64, graphs,
       # tensor-core decode, masked head; ~130 s a run) at context 768, near a served row's
-      # mean (prompts of 16-64 tokens, 700-1400 audio tokens). One budget for the stage
-      # (DECODE_BUDGET, 540 s: the stage alone fills a call): each run's guard is cut to what
-      # is left of it, and a run left under 30 s is skipped with a line saying so. The
-      # benchmark's guard allows FlashInfer's JIT compile of a decode kernel no cache holds
-      # (3b's CUDA-core decode has not run since session 9). Each run's whole output goes to
-      # its log; its result lines to the terminal.
-      deadline=$((SECONDS + ${DECODE_BUDGET:-540}))
+      # mean (prompts of 16-64 tokens, 700-1400 audio tokens). One budget a stage
+      # (DECODE_BUDGET, 330 s): each run's guard is cut to what is left of it, and a run left
+      # under 30 s is skipped with a line saying so. The benchmark's guard allows FlashInfer's
+      # JIT compile of a decode kernel no cache holds (3b's CUDA-core decode has not run since
+      # session 9). Each run's whole output goes to its log; its result lines to the terminal.
+      deadline=$((SECONDS + ${DECODE_BUDGET:-330}))
       run_guarded() {  # run_guarded SECONDS LOG COMMAND...
         local limit=$(($deadline - SECONDS)) log=$2
         (( limit > $1 )) && limit=$1
@@ -360,20 +362,24 @@ for stage in "${stages[@]}"; do
         else timeout "$limit" "$@" 2>&1 | tee -a "$OUT/$log" \
           | grep -E "PASSED|FAILED|ERROR|passed|failed|decode step|GPU busy|GB/s|Error|error"; fi
       }
-      run_guarded 110 decode_attn_tests.log python3 -m pytest -m gpu -v -rA --tb=short \
-        tests/test_gpu_kernels.py -k "triton_decode or flashinfer_attention"
-      sweep=(); [ "${DECODE_SWEEP:-0}" = 1 ] && sweep=(--sweep)
-      run_guarded 150 decode_attn_bench.log python3 -m benchmarks.bench_decode_attention \
-        "${sweep[@]}" --json "$OUT/decode_attn.jsonl"
-      for da in flashinfer triton; do
-        run_guarded 90 decode_attn_steps.log python3 -m benchmarks.bench_gpu_step --batch 64 \
-          --context 512 --graphs --decode-attention $da --profile "$OUT/profile_08b_$da.txt"
-      done
-      for da in flashinfer triton; do
-        run_guarded 150 decode_attn_steps.log python3 -m benchmarks.bench_gpu_step \
-          --scenario orpheus --size 3b --batch 64 --context 768 --graphs --decode-tensor-cores \
-          --masked-head --decode-attention $da --profile "$OUT/profile_3b_$da.txt"
-      done ;;
+      if [ "$stage" = decode_attn ]; then
+        run_guarded 150 decode_attn_tests.log python3 -m pytest -m gpu -v -rA --tb=short \
+          tests/test_gpu_kernels.py tests/test_gpu.py \
+          -k "triton_decode or flashinfer_attention or 08b_decode_graph_replay_equals_eager_for_every_bucket and triton"
+        sweep=(); [ "${DECODE_SWEEP:-0}" = 1 ] && sweep=(--sweep)
+        run_guarded 120 decode_attn_bench.log python3 -m benchmarks.bench_decode_attention \
+          "${sweep[@]}" --json "$OUT/decode_attn.jsonl"
+        for da in flashinfer triton; do
+          run_guarded 75 decode_attn_steps.log python3 -m benchmarks.bench_gpu_step --batch 64 \
+            --context 512 --graphs --decode-attention $da --profile "$OUT/profile_08b_$da.txt"
+        done
+      else
+        for da in flashinfer triton; do
+          run_guarded 160 decode_attn_steps.log python3 -m benchmarks.bench_gpu_step \
+            --scenario orpheus --size 3b --batch 64 --context 768 --graphs --decode-tensor-cores \
+            --masked-head --decode-attention $da --profile "$OUT/profile_3b_$da.txt"
+        done
+      fi ;;
     launch)  # what one launch costs the host (torch op, cuBLAS GEMM, Triton JIT and bound
       # runner, our wrappers): the eager step's host time divided among its launches
       timeout 60 python3 -m benchmarks.bench_launch 2>&1 | tee "$OUT/bench_launch.log" ;;
