@@ -21,11 +21,13 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def bench(*args: str, timeout: float = 600, env: dict | None = None) -> subprocess.CompletedProcess:
-    """`bench ARGS` run to its end; `env` adds to this process's environment."""
+def bench(
+    *args: str, timeout: float = 600, env: dict | None = None, cwd: Path = ROOT
+) -> subprocess.CompletedProcess:
+    """`bench ARGS` run to its end in `cwd`; `env` adds to this process's environment."""
     return subprocess.run(
         [sys.executable, "-m", "harness", *args],
-        cwd=ROOT,
+        cwd=cwd,
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -244,6 +246,23 @@ def test_bad_cli_input_is_one_line(args, message):
     assert proc.returncode == 2
     assert message in proc.stderr and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_a_relative_out_works_where_the_servers_run_in_another_tree(tmp_path):
+    """The run directory relative to bench's directory, the servers started in their arm's
+    tree (here: outside a git repository, the harness's own checkout; a git ref's arm runs in
+    a worktree of its commit): each server is given its scenario file by an absolute path.
+    Given the relative one, every server exited with "no scenario file" (sessions 7-11)."""
+    proc = bench(
+        "run", "qwen35", "-c", "2", "--requests", "4", "--warmup", "1", "--blocks", "1",
+        "--size", "tiny", "--arm", "a=worktree", "--arm", "b=worktree", "--out", "run",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert all(arm["tree"] == str(ROOT) for arm in manifest["arms"])
+    servers = pd.read_parquet(tmp_path / "run" / "servers.parquet")
+    assert servers["healthy"].all() and len(servers) == 2
 
 
 def test_readme_main_command_finishes_on_the_cpu(tmp_path):

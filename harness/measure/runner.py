@@ -278,8 +278,8 @@ def _run_slot(plan, rundir, collector, number, letter, show, stop, tally) -> Non
             url, model = arm.url, served_model(arm.url, plan.headers)
             record.healthy = True
         else:
-            server = ServerProcess(
-                str(rundir.scenario_path(letter)),
+            server = ServerProcess(  # absolute: the server runs in the arm's tree, not here
+                str(rundir.scenario_path(letter).absolute()),
                 size=plan.scenario.size,
                 cwd=arm.tree,
                 log_path=log,
