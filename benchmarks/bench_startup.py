@@ -27,6 +27,7 @@ from pathlib import Path
 
 from benchmarks import stats
 from benchmarks.options import append_json_lines, positive_int
+from harness.errors import BenchError
 from harness.measure.server import ServerProcess
 
 POLL_S = 0.01
@@ -61,12 +62,10 @@ def one_start(
     launched_wall, launched = time.time(), time.monotonic()
     server.start()
     try:
-        while not server.answers_health(timeout=1.0):
-            if server.exited() is not None:
-                raise SystemExit(f"error: the server exited before it was ready; see {log}")
-            if time.monotonic() - launched > timeout_s:
-                raise SystemExit(f"error: the server was not ready in {timeout_s:.0f} s; see {log}")
-            time.sleep(POLL_S)
+        try:
+            server.wait_healthy(timeout_s, poll_s=POLL_S)
+        except BenchError as exc:
+            raise SystemExit(f"error: {exc}") from None
         ready = time.monotonic() - launched
         stopping = time.monotonic()
         server.proc.send_signal(signal.SIGTERM)
