@@ -44,6 +44,7 @@ from engine.config import (
     DECODE_ATTENTIONS,
     DENSE_KERNELS,
     TRITON_LAUNCHES,
+    EngineConfig,
     Scenario,
     load_scenario,
 )
@@ -119,7 +120,7 @@ def main(argv: list[str] | None = None) -> None:
         "--decode-tensor-cores", action=argparse.BooleanOptionalAction, default=False
     )
     parser.add_argument(  # engine.decode_attention: decode steps on FlashInfer's or ours
-        "--decode-attention", default="flashinfer", choices=list(DECODE_ATTENTIONS)
+        "--decode-attention", default=EngineConfig.decode_attention, choices=list(DECODE_ATTENTIONS)
     )
     parser.add_argument(  # engine.dense_kernel: the dense projections on cuBLAS or ours
         "--dense-kernel", default="torch", choices=list(DENSE_KERNELS)

@@ -85,9 +85,9 @@ class EngineConfig:
     # wrappers; `decode_tensor_cores` picks which) or "triton" (ours, split over each row's
     # tokens, engine/kernels/triton_decode.py: FlashInfer's decode in graphs read the cache at
     # 1.7-1.8 TB/s of the H200's 4.8). Prefill and mixed steps run FlashInfer's prefill either
-    # way.
-    # "flashinfer" until ours is measured on a GPU.
-    decode_attention: str = "flashinfer"
+    # way. "triton" since session 13 (H200, batch 64, graphs: 0.8b's step 3.01 -> 2.66 ms,
+    # 3b's 5.12 -> 4.67 ms; docs/BENCHMARKS.md).
+    decode_attention: str = "triton"
     # Prefill and mixed steps (and decode steps past the largest decode bucket) replay CUDA
     # graphs of the token-wise pieces between the attention and Gated DeltaNet ops, captured
     # per token bucket (engine/worker/piecewise.py); same requirements as cuda_graphs.

@@ -3,7 +3,7 @@
 #   bash scripts/gpu_suite.sh STAGE...  STAGE: tests | models | quick | step | prefill | options |
 #   mixed | splitstep | splittune | stacks | accuracy | gdn | gdncap | gdnbench | run | evidence |
 #   orpheus | orpheus_step | orpheus_iter | masked | statesteps | figures | decode_attn |
-#   decode_attn_3b | codec | codec_overlap | codec_kernels | gemm | launch | kept | recurrent | all
+#   decode_attn_3b | decode_tests | codec | codec_overlap | codec_kernels | gemm | launch | kept | recurrent | all
 # with carry [".whl", ".jitcache"]. Logs go under $OUT (default ./gpu-out). JIT caches
 # (FlashInfer, Triton) are restored from .jitcache/ when present and saved to $OUT/jit-*.
 set -uo pipefail
@@ -325,7 +325,7 @@ for stage in "${stages[@]}"; do
       for i in $(seq "${STATE_PAIRS:-2}"); do
         for sd in float32 "${STATE_DTYPE:-float16}"; do
           timeout 120 python3 -m benchmarks.bench_gpu_step --batch "${STATE_BATCH:-64}" \
-            --context 512 --graphs --state-dtype "$sd" --profile "/tmp/state_${sd}_$i.txt" 2>&1 \
+            --context 512 --graphs --state-dtype "$sd" --profile "$OUT/state_${sd}_$i.txt" 2>&1 \
             | grep -E "decode step|GPU busy|Error|error" | sed "s/^/$sd #$i: /" \
             | tee -a "$OUT/state_steps.log"
         done
@@ -339,7 +339,7 @@ for stage in "${stages[@]}"; do
           --requests $((4 * c)) --warmup "$c" --out "/tmp/figures-c$c-$RANDOM" 2>&1 \
           | head -n 24 | tee -a "$OUT/figures.log"
       done ;;
-    decode_attn|decode_attn_3b)  # engine.decode_attention triton (our split decode kernel)
+    decode_attn|decode_attn_3b|decode_tests)  # engine.decode_attention triton (our split decode kernel)
       # against FlashInfer's, in two calls of ~5 minutes (a machine taken back mid-call
       # returns nothing). `decode_attn`: the kernel's GPU tests and the engine's 0.8b decode
       # graphs on it (every bucket's replay against eager), the kernel benchmark (one layer
@@ -362,7 +362,11 @@ for stage in "${stages[@]}"; do
         else timeout "$limit" "$@" 2>&1 | tee -a "$OUT/$log" \
           | grep -E "PASSED|FAILED|ERROR|passed|failed|decode step|GPU busy|GB/s|Error|error"; fi
       }
-      if [ "$stage" = decode_attn ]; then
+      if [ "$stage" = decode_tests ]; then  # the kernel's GPU tests alone (a launch changed)
+        run_guarded 150 decode_attn_tests.log python3 -m pytest -m gpu -v -rA --tb=short \
+          tests/test_gpu_kernels.py tests/test_gpu.py \
+          -k "triton_decode or 08b_decode_graph_replay_equals_eager_for_every_bucket and triton"
+      elif [ "$stage" = decode_attn ]; then
         run_guarded 150 decode_attn_tests.log python3 -m pytest -m gpu -v -rA --tb=short \
           tests/test_gpu_kernels.py tests/test_gpu.py \
           -k "triton_decode or flashinfer_attention or 08b_decode_graph_replay_equals_eager_for_every_bucket and triton"

@@ -38,7 +38,9 @@ def test_overrides_are_typed():
     assert s.engine.dense_kernel == "triton" and s.to_dict()["engine"]["dense_kernel"] == "triton"
     s = load_scenario("orpheus", "tiny", parse_overrides("engine.dense_kernel=head"))
     assert s.engine.dense_kernel == "head"
-    assert load_scenario("orpheus", "3b").engine.decode_attention == "flashinfer"  # unmeasured
+    assert load_scenario("orpheus", "3b").engine.decode_attention == "triton"  # the default
+    s = load_scenario("orpheus", "3b", parse_overrides("engine.decode_attention=flashinfer"))
+    assert s.engine.decode_attention == "flashinfer"
     s = load_scenario("qwen35", "0.8b", parse_overrides("engine.decode_attention=triton"))
     assert s.engine.decode_attention == "triton"
     assert s.to_dict()["engine"]["decode_attention"] == "triton"  # a run's manifest

@@ -56,8 +56,8 @@ def test_the_split_count_is_the_smallest_power_of_two_that_fills_the_sms():
 
 
 def test_launches_by_head_dim_and_their_sweep():
-    assert launch_for(256) == DecodeLaunch(block_n=32, warps=4, stages=3)
-    assert launch_for(128) == launch_for(64) == DecodeLaunch(block_n=64, warps=4, stages=3)
+    assert launch_for(256) == DecodeLaunch(block_n=32, warps=4, stages=2)
+    assert launch_for(128) == launch_for(64) == DecodeLaunch(block_n=64, warps=4, stages=2)
     for head_dim in (128, 256):
         sweep = launch_sweep(head_dim)
         assert sweep[0] == launch_for(head_dim) and len(set(sweep)) == len(sweep) == 8
