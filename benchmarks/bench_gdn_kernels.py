@@ -344,19 +344,26 @@ def run_recurrent(
     bench: Bench, launches: list[tuple[int, int]], show: Callable[[Sample], None]
 ) -> list[Sample]:
     """Every recurrent launch on every decode shape (path `triton`: a decode step's op), each
-    against the engine's launch (triton_gdn.RECURRENT_BV / RECURRENT_WARPS, measured first);
-    the module's launch restored after."""
+    against the engine's launch (triton_gdn.RECURRENT_BV / RECURRENT_WARPS, measured first),
+    then the engine's launch in the recurrence's other form (RECURRENT_ONE_PASS flipped,
+    labelled `one_pass=...`); the module's launch and form restored after."""
     from engine.kernels import triton_gdn
 
     args, samples = bench.args, []
     default = (triton_gdn.RECURRENT_BV, triton_gdn.RECURRENT_WARPS)
+    one_pass = triton_gdn.RECURRENT_ONE_PASS
+    runs = [(*default, one_pass), (*default, not one_pass)]
+    runs += [(bv, warps, one_pass) for bv, warps in launches if (bv, warps) != default]
     state_dtype = args.state_dtypes[0]
     try:
         for shape in args.recurrent_shapes:
             want = None
-            for bv, warps in [default, *(x for x in launches if x != default)]:
+            for bv, warps, form in runs:
                 triton_gdn.RECURRENT_BV, triton_gdn.RECURRENT_WARPS = bv, warps
+                triton_gdn.RECURRENT_ONE_PASS = form
                 label = f"recurrent bv={bv},warps={warps}"
+                if form != one_pass:
+                    label += f",one_pass={form}"
                 sample = Sample(str(shape), "triton", state_dtype, label, "recurrent")
                 out = measure(bench, sample, SPLIT_DEFAULT, want)
                 want = out if want is None else want
@@ -364,6 +371,7 @@ def run_recurrent(
                 show(sample)
     finally:
         triton_gdn.RECURRENT_BV, triton_gdn.RECURRENT_WARPS = default
+        triton_gdn.RECURRENT_ONE_PASS = one_pass
     return samples
 
 

@@ -37,7 +37,7 @@ def test_the_orpheus_step_line_names_the_mask(capsys):
     bench.main(argv + ["--context", "16", "--steps", "3", "--warmup", "1"])
     out = capsys.readouterr().out
     assert "decode step, size tiny, batch 2, context 16" in out
-    assert "decode tensor cores False, decode attention flashinfer, state float32" in out
+    assert "decode tensor cores False, decode attention triton, state float32" in out
     assert "each row sampling its logit mask's 4,096 of 156,940 ids" in out
 
 

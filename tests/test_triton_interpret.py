@@ -69,6 +69,16 @@ SPLIT_OPTIONS = {
     "scores64": SplitConfig(chunk=64, scores_in_prepare=True, outputs_bv=8),
 }
 lengths, cached, slots = [1, 5, 33, 70], [0, 3, 0, 7], [3, 0, 5, 2]
+
+
+def recurrent_one_pass(*args, **kw):  # the recurrence's other form (RECURRENT_ONE_PASS)
+    triton_gdn.RECURRENT_ONE_PASS = not triton_gdn.RECURRENT_ONE_PASS
+    try:
+        return triton_gdn.gated_delta_recurrent(*args, **kw)
+    finally:
+        triton_gdn.RECURRENT_ONE_PASS = not triton_gdn.RECURRENT_ONE_PASS
+
+
 T = sum(lengths)
 meta = step(lengths, cached, slots)
 report = {}
@@ -82,7 +92,8 @@ for regime, (lo, hi), shared in (("fast", (0, 2.7), 0.0), ("slow", (-7, -5), 1.0
   A_log, dt_bias = torch.empty(HV).uniform_(lo, hi), torch.randn(HV) * 0.5
   state0 = torch.randn(6, HV, DK, DV) * 0.3
   want, want_state = reference(qkv, a, b, A_log, dt_bias, state0, meta)
-  runs = [("recurrent", triton_gdn.gated_delta_recurrent, {})]
+  runs = [("recurrent", triton_gdn.gated_delta_recurrent, {}),
+          ("recurrent-one-pass", recurrent_one_pass, {})]
   runs += [(f"chunked{c}", triton_gdn.gated_delta_chunked, {"chunk": c}) for c in (16, 32, 64)]
   runs += [(f"split{c}", triton_gdn.gated_delta_chunked_split, {"split": SplitConfig(chunk=c)})
            for c in (16, 32, 64)]
@@ -295,7 +306,8 @@ def _interpret(script: str) -> dict:
 
 def test_gated_deltanet_kernels_in_the_interpreter_equal_the_reference():
     report = _interpret(REFERENCE + CHECK)
-    kernels = {"recurrent"} | {f"{k}{c}" for k in ("chunked", "split") for c in (16, 32, 64)}
+    kernels = {"recurrent", "recurrent-one-pass"}
+    kernels |= {f"{k}{c}" for k in ("chunked", "split") for c in (16, 32, 64)}
     kernels |= {f"split-{name}" for name in ("legacy", "blocks", "scores64")}
     assert set(report) == {f"{r}-{k}" for r in ("fast", "slow") for k in kernels}
     for name, result in report.items():

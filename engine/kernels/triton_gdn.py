@@ -214,13 +214,14 @@ def _gdn_recurrent_kernel(
     QKV, A, B, A_LOG, DT_BIAS, STATE, OUT, CU, CACHED, SLOTS,
     ROW0, ROW_RANGE, stride_t, stride_ab, HK, HV, scale,
     DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr, PERSISTENT: tl.constexpr,
+    ONE_PASS: tl.constexpr,
 ):  # fmt: skip
     if PERSISTENT:  # a fixed grid narrower than its bound: the programs stride over the rows
         first, end = tl.load(ROW_RANGE), tl.load(ROW_RANGE + 1)
         for row in range(first + tl.program_id(0), end, tl.num_programs(0)):
             _recurrent_row(
                 QKV, A, B, A_LOG, DT_BIAS, STATE, OUT, CU, CACHED, SLOTS, row, stride_t,
-                stride_ab, HK, HV, scale, DK, DV, BV,
+                stride_ab, HK, HV, scale, DK, DV, BV, ONE_PASS,
             )  # fmt: skip
     else:
         row0, past = _first_row(ROW0, ROW_RANGE)
@@ -228,16 +229,19 @@ def _gdn_recurrent_kernel(
             return
         _recurrent_row(
             QKV, A, B, A_LOG, DT_BIAS, STATE, OUT, CU, CACHED, SLOTS, tl.program_id(0) + row0,
-            stride_t, stride_ab, HK, HV, scale, DK, DV, BV,
+            stride_t, stride_ab, HK, HV, scale, DK, DV, BV, ONE_PASS,
         )  # fmt: skip
 
 
 @triton.jit
 def _recurrent_row(
     QKV, A, B, A_LOG, DT_BIAS, STATE, OUT, CU, CACHED, SLOTS, row, stride_t, stride_ab, HK, HV,
-    scale, DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr,
+    scale, DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr, ONE_PASS: tl.constexpr,
 ):  # fmt: skip
-    """The recurrence over one row's tokens for the program's value head and block."""
+    """The recurrence over one row's tokens for the program's value head and block. ONE_PASS:
+    both of a token's sums over the state's key axis (S^T k and S^T q) from the state as it
+    came in, so they do not wait on each other, and the update applied after; the same rule
+    (out = S'^T q with S' = g S + k d^T is g S^T q + (k . q) d), summed in another order."""
     h, start, end, vd, vmask, sptr, state = _row_state_tile(
         STATE, CU, CACHED, SLOTS, row, HV, DK, DV, BV
     )
@@ -256,10 +260,18 @@ def _recurrent_row(
         softplus = tl.where(a > 20.0, a, tl.log(1.0 + tl.exp(tl.minimum(a, 20.0))))
         g = -tl.exp(a_log) * softplus
         beta = 1.0 / (1.0 + tl.exp(-tl.load(B + t * stride_ab + h).to(tl.float32)))
-        state = state * tl.exp(g)
-        predicted = tl.sum(state * k[:, None], axis=0)
-        state = state + k[:, None] * (beta * (v - predicted))[None, :]
-        out = tl.sum(state * q[:, None], axis=0)
+        if ONE_PASS:
+            decay = tl.exp(g)
+            sk = tl.sum(state * k[:, None], axis=0)
+            sq = tl.sum(state * q[:, None], axis=0)
+            delta = beta * (v - decay * sk)
+            out = decay * sq + tl.sum(k * q, axis=0) * delta
+            state = state * decay + k[:, None] * delta[None, :]
+        else:
+            state = state * tl.exp(g)
+            predicted = tl.sum(state * k[:, None], axis=0)
+            state = state + k[:, None] * (beta * (v - predicted))[None, :]
+            out = tl.sum(state * q[:, None], axis=0)
         tl.store(OUT + (t * HV + h) * DV + vd, out.to(OUT.dtype.element_ty), mask=vmask)
     tl.store(sptr, state.to(STATE.dtype.element_ty), mask=vmask[None, :])
 
@@ -271,6 +283,10 @@ def _recurrent_row(
 # state): 64 columns x 4 warps 45.6 us at 64 rows, 82.1 at 128, against 32 x 4's 46.8 and
 # 88.9, the best of the 16 at both; 1 warp a program spills at 64 columns and more (~300 us).
 RECURRENT_BV, RECURRENT_WARPS = 64, 4
+# The recurrence's two sums in one pass over the incoming state (`_recurrent_row`'s ONE_PASS),
+# against the sum of the updated state: `bench_gdn_kernels --recurrent` times both forms of the
+# engine's launch. Off until the H200 measures it.
+RECURRENT_ONE_PASS = False
 
 
 def gated_delta_recurrent(
@@ -284,6 +300,7 @@ def gated_delta_recurrent(
     return _launch(
         _gdn_recurrent_kernel, qkv, a, b, A_log, dt_bias, ssm_state, meta, k_heads, k_dim, v_dim,
         row0, rows, out, bv=RECURRENT_BV, num_warps=RECURRENT_WARPS, PERSISTENT=False,
+        ONE_PASS=RECURRENT_ONE_PASS,
     )  # fmt: skip
 
 
@@ -815,6 +832,7 @@ def gated_delta_fixed_grid(
         _gdn_recurrent_kernel, qkv, a, b, A_log, dt_bias, ssm_state, meta, k_heads, k_dim,
         v_dim, 0, rows if cap is None else min(rows, cap), out, row_range=counts,
         bv=RECURRENT_BV, num_warps=RECURRENT_WARPS, PERSISTENT=cap is not None,
+        ONE_PASS=RECURRENT_ONE_PASS,
     )  # fmt: skip
     chunks = (max_chunks(tokens, rows, staged.chunk), staged.chunk_row, staged.chunk_start,
               staged.first_chunk, counts[3:])  # fmt: skip
