@@ -108,8 +108,11 @@ class EngineConfig:
     codec_overlap: bool = False
     # The codec's elementwise work on Triton kernels (engine/kernels/triton_snac.py), CUDA
     # only: "torch" (the reference: each Snake five elementwise kernels), "snake" (each Snake
-    # one kernel) or "fused" (that, and each residual unit's Snake -> depthwise conv -> Snake
-    # one kernel). Captured by the codec graphs like the rest. "torch" until measured on a GPU.
+    # one kernel), "fused" (that, and each residual unit's Snake -> depthwise conv -> Snake
+    # one kernel) or "folded" (that, and each unit's 1x1 conv one GEMM adding into the unit's
+    # input in place, its bias handed on to the next kernel: 24 elementwise kernels fewer a
+    # decode; engine/models/snac.py). Captured by the codec graphs like the rest. "torch"
+    # until measured on a GPU (Orpheus 3b runs "fused", scenarios/orpheus.yaml).
     codec_kernels: str = "torch"
     # The dense projections of a step on the CUDA kernels (engine/kernels/triton_gemm.py):
     # "torch" (cuBLAS through torch), "triton" (ours for steps of up to 128 rows in bf16/fp16,

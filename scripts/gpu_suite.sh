@@ -3,7 +3,7 @@
 #   bash scripts/gpu_suite.sh STAGE...  STAGE: tests | models | quick | step | prefill | options |
 #   mixed | splitstep | splittune | stacks | accuracy | gdn | gdncap | gdnbench | run | evidence |
 #   orpheus | orpheus_step | orpheus_iter | masked | statesteps | figures | decode_attn |
-#   decode_attn_3b | decode_tests | codec | codec_overlap | codec_kernels | gemm | launch | kept | recurrent | all
+#   decode_attn_3b | decode_tests | codec | codec_folded | codec_overlap | codec_kernels | gemm | launch | kept | recurrent | all
 # with carry [".whl", ".jitcache"]. Logs go under $OUT (default ./gpu-out). JIT caches
 # (FlashInfer, Triton) are restored from .jitcache/ when present and saved to $OUT/jit-*.
 set -uo pipefail
@@ -265,6 +265,15 @@ for stage in "${stages[@]}"; do
         | tee "$OUT/codec_kernels_tests.log"
       timeout 330 python3 -m benchmarks.bench_codec --profile "$OUT/codec_kernels_profile.txt" \
         2>&1 | grep -v "^USDT" | tee "$OUT/bench_codec.log" ;;
+    codec_folded)  # engine.codec_kernels folded (the residual units' 1x1 convs adding into
+      # their inputs, their biases handed on): its GPU tests (tiny fp32 against torch, eager
+      # and on the codec graphs; 3b bf16 against fp32), then the 3b codec step fused vs folded
+      # at 16 and 64 windows, eager and on graphs, profiled at 64 (~4 minutes in all)
+      timeout 100 python3 -m pytest -m gpu -q -rA -s tests/test_gpu.py \
+        -k "codec_kernels and folded" 2>&1 | tail -n 8 | tee "$OUT/codec_folded_tests.log"
+      timeout 90 python3 -m benchmarks.bench_codec --kernels fused folded --windows 16 64 \
+        --repeats 20 --profile "$OUT/codec_folded_profile.txt" 2>&1 | grep -v "^USDT" \
+        | tee "$OUT/bench_codec.log" ;;
     gemm)  # engine.dense_kernel (our GEMM for few rows, engine/kernels/triton_gemm.py): each
       # real shape torch vs ours (bench_gemm, no model built), then the 0.8b decode step at
       # batch 64 with graphs both ways, profiled (the GPU's busy time a step), then its GPU

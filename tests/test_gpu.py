@@ -542,7 +542,7 @@ def _windows(count: int, seed: int = 0) -> np.ndarray:
     return audio_token_low(np.arange(WINDOW_TOKENS)) + codes
 
 
-@pytest.mark.parametrize("kernels", ["snake", "fused"])
+@pytest.mark.parametrize("kernels", ["snake", "fused", "folded"])
 def test_tiny_codec_kernels_decode_as_the_torch_reference(kernels):
     """`engine.codec_kernels` on CUDA, tiny in fp32, TF32 off: the decoder's audio (before the
     PCM's rounding) equals the torch path's on the same device to 1e-5, and its PCM, eager and
@@ -569,7 +569,7 @@ def test_tiny_codec_kernels_decode_as_the_torch_reference(kernels):
     print(f"codec_kernels={kernels}: audio within {audio_error:.2e}, PCM within {worst}")
 
 
-@pytest.mark.parametrize("kernels", ["snake", "fused"])
+@pytest.mark.parametrize("kernels", ["snake", "fused", "folded"])
 def test_24khz_bf16_codec_kernels_are_as_close_to_fp32_as_the_bf16_reference(kernels):
     """The 3b size's codec (SNAC 24 kHz) in bf16 on the kernels, 16 windows: its audio is no
     further from the fp32 network's (the truth, TF32 off) than the bf16 torch reference's is:

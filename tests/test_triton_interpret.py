@@ -421,6 +421,20 @@ for dtype in (torch.float32, torch.bfloat16):
                 got = triton_snac.residual_snake_conv(x, s1.alpha, conv.weight, conv.bias, s2.alpha, d)
                 want = unit.float().block[:3](x.float())
             report[f"unit-d{d}-{name}-{b}x{c}x{t}"] = errors(got, want, reference)
+# a per-channel bias added to x as the kernels read it (engine.codec_kernels folded), fp32
+for b, c, t in ((2, 5, 37), (1, 3, 600)):
+    x, alpha, shift = torch.randn(b, c, t) * 2, params(c, torch.float32), torch.randn(c)
+    want = snac.snake(x + shift[:, None], alpha)
+    report[f"shift-snake-{b}x{c}x{t}"] = errors(triton_snac.snake(x, alpha, shift), want, want)
+    for d in (1, 9):
+        unit = snac.ResidualUnit(c, d, groups=c)
+        with torch.no_grad():
+            unit.block[1].weight.normal_(0, 0.4)
+            unit.block[1].bias.normal_(0, 0.2)
+            s1, conv, s2, _ = unit.block
+            got = triton_snac.residual_snake_conv(x, s1.alpha, conv.weight, conv.bias, s2.alpha, d, shift)
+            want = unit.block[:3](x + shift[:, None])
+        report[f"shift-unit-d{d}-{b}x{c}x{t}"] = errors(got, want, want)
 print(json.dumps(report))
 """
 
@@ -462,7 +476,7 @@ gen = torch.Generator().manual_seed(0)
 codes = [torch.randint(0, 4096, (2, 4 // s), generator=gen) for s in config.vq_strides]
 want = network("torch").decode(codes)
 report = {}
-for kernels in ("snake", "fused"):
+for kernels in ("snake", "fused", "folded"):
     calls.update(snake=0, residual_snake_conv=0)
     got = network(kernels).decode(codes)
     report[kernels] = {"err": (got - want).abs().max().item(), "calls": dict(calls)}
@@ -477,10 +491,10 @@ def test_snac_kernels_in_the_interpreter_equal_the_reference():
     reference, rounding after every op, is up to 0.04 off on the units. (One ulp, not half:
     the interpreter's fp32 -> bf16 conversion truncates, where the GPU's rounds to nearest.)"""
     report = _interpret(SNAC_CHECK)
-    assert len(report) == 2 * (4 + 3 * 3), sorted(report)
+    assert len(report) == 2 * (4 + 3 * 3) + 2 * (1 + 2), sorted(report)
     for name, result in report.items():
         assert result["shape"], name
-        if "fp32" in name:
+        if "fp32" in name or name.startswith("shift"):
             assert result["dtype"] == "torch.float32" and result["err"] < 1e-5, (name, result)
         else:
             assert result["dtype"] == "torch.bfloat16", name
@@ -488,13 +502,16 @@ def test_snac_kernels_in_the_interpreter_equal_the_reference():
 
 
 def test_snac_decoder_dispatches_its_kernels_and_decodes_as_the_reference():
-    """`engine.codec_kernels` snake and fused through the modules' CUDA dispatch: every Snake
-    (4 per block's units x 2 + 1 per block + the last: 29) on the Snake kernel, or each of the
-    12 residual units on the fused kernel and the other 5 Snakes on the Snake kernel; the
-    decoded audio equals the reference network's to float rounding."""
+    """`engine.codec_kernels` snake, fused and folded through the modules' CUDA dispatch:
+    every Snake (4 per block's units x 2 + 1 per block + the last: 29) on the Snake kernel, or
+    each of the 12 residual units on the fused kernel and the other 5 Snakes on the Snake
+    kernel (folded: the units' 1x1 convs adding into their inputs in place, their biases
+    handed on to the next kernel); the decoded audio equals the reference network's to float
+    rounding (the biases are redrawn nonzero: a bias folded wrong or dropped shows)."""
     report = _interpret(SNAC_DECODER_CHECK)
     assert report["snake"]["calls"] == {"snake": 29, "residual_snake_conv": 0}
     assert report["fused"]["calls"] == {"snake": 5, "residual_snake_conv": 12}
+    assert report["folded"]["calls"] == {"snake": 5, "residual_snake_conv": 12}
     for kernels, result in report.items():
         assert result["err"] < 1e-5, (kernels, result)
 

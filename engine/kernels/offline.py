@@ -198,6 +198,8 @@ def _run_codec_wrappers(dtype: torch.dtype) -> None:
     for channels, steps in ((1024, 16), (64, 8192)):
         x = torch.zeros(windows, channels, steps, dtype=dtype)
         triton_snac.snake(x, torch.ones(1, channels, 1, dtype=dtype))
+        # engine.codec_kernels folded: a bias handed on from the residual units (fp32)
+        triton_snac.snake(x, torch.ones(1, channels, 1, dtype=dtype), torch.zeros(channels))
     for channels, steps, dilations in ((512, 128, (1, 3, 9)), (64, 8192, (9,))):
         x = torch.zeros(windows, channels, steps, dtype=dtype)
         alpha = torch.ones(1, channels, 1, dtype=dtype)
@@ -205,6 +207,9 @@ def _run_codec_wrappers(dtype: torch.dtype) -> None:
         bias = torch.zeros(channels, dtype=dtype)
         for dilation in dilations:
             triton_snac.residual_snake_conv(x, alpha, weight, bias, alpha, dilation)
+            triton_snac.residual_snake_conv(
+                x, alpha, weight, bias, alpha, dilation, torch.zeros(channels)
+            )
 
 
 def record_split_launches(

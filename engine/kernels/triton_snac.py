@@ -12,6 +12,10 @@ it. Here:
   them with the channel's weights and bias and applies the second Snake. The unit's 1x1 conv
   and its residual add stay torch.
 
+Both can add a per-channel bias to x as they read it (`bias_in`, fp32 math): with
+`engine.codec_kernels: folded` the residual units leave their 1x1 convs' biases out of the
+activations and hand them on to the next kernel that reads them (engine/models/snac.py).
+
 Both take [B, C, T] activations (made contiguous: the codec's are) and per-channel parameters,
 compute in fp32 and round once, to the activations' dtype, on the store (the bf16 reference
 rounds after every op, so in bf16 these are closer to the fp32 model than the reference is).
@@ -41,13 +45,15 @@ def _snake(x, alpha, inv_alpha):
 
 @bound
 @triton.jit
-def _snake_kernel(X, OUT, ALPHA, C, T, BLOCK: tl.constexpr):
+def _snake_kernel(X, OUT, ALPHA, BIAS_IN, C, T, BLOCK: tl.constexpr):
     row = tl.program_id(0)  # batch row * C + channel
     t = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = t < T
     alpha = tl.load(ALPHA + row % C).to(tl.float32)
     offsets = row.to(tl.int64) * T + t
     x = tl.load(X + offsets, mask=mask, other=0.0).to(tl.float32)
+    if BIAS_IN is not None:
+        x += tl.load(BIAS_IN + row % C).to(tl.float32)
     y = _snake(x, alpha, 1.0 / (alpha + 1e-9))
     tl.store(OUT + offsets, y.to(OUT.dtype.element_ty), mask=mask)
 
@@ -55,7 +61,7 @@ def _snake_kernel(X, OUT, ALPHA, C, T, BLOCK: tl.constexpr):
 @bound
 @triton.jit
 def _residual_snake_conv_kernel(
-    X, OUT, ALPHA1, W, BIAS, ALPHA2, C, T,
+    X, OUT, ALPHA1, W, BIAS, ALPHA2, BIAS_IN, C, T,
     DILATION: tl.constexpr, K: tl.constexpr, BLOCK: tl.constexpr,
 ):  # fmt: skip
     row = tl.program_id(0)
@@ -64,11 +70,14 @@ def _residual_snake_conv_kernel(
     base = row.to(tl.int64) * T
     alpha1 = tl.load(ALPHA1 + channel).to(tl.float32)
     inv1 = 1.0 / (alpha1 + 1e-9)
+    shift = 0.0
+    if BIAS_IN is not None:
+        shift = tl.load(BIAS_IN + channel).to(tl.float32)
     acc = tl.zeros([BLOCK], dtype=tl.float32)
     for j in tl.static_range(K):  # tap j reads x[t + (j - K // 2) * dilation]
         src = t + (j - K // 2) * DILATION
         inside = (src >= 0) & (src < T)
-        x = tl.load(X + base + src, mask=inside, other=0.0).to(tl.float32)
+        x = tl.load(X + base + src, mask=inside, other=0.0).to(tl.float32) + shift
         y = tl.where(inside, _snake(x, alpha1, inv1), 0.0)  # zero padding of the conv's input
         acc += tl.load(W + channel * K + j).to(tl.float32) * y
     acc += tl.load(BIAS + channel).to(tl.float32)
@@ -85,14 +94,17 @@ def _grid(x: torch.Tensor, most: int) -> tuple[tuple[int, int], int]:
     return (batch * channels, triton.cdiv(steps, block)), block
 
 
-def snake(x: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
+def snake(
+    x: torch.Tensor, alpha: torch.Tensor, bias_in: torch.Tensor | None = None
+) -> torch.Tensor:
     """x + sin(alpha x)^2 / (alpha + 1e-9) per channel: x [B, C, T], alpha [1, C, 1]
-    (Snake1d's parameter). Returns a new [B, C, T] in x's dtype."""
+    (Snake1d's parameter); of x + bias_in (per channel, [C]) where given. Returns a new
+    [B, C, T] in x's dtype."""
     x = x.contiguous()
     out = torch.empty_like(x)
     if x.numel():
         grid, block = _grid(x, SNAKE_BLOCK)
-        _snake_kernel[grid](x, out, alpha, x.shape[1], x.shape[2], BLOCK=block)
+        _snake_kernel[grid](x, out, alpha, bias_in, x.shape[1], x.shape[2], BLOCK=block)
     return out
 
 
@@ -103,16 +115,18 @@ def residual_snake_conv(
     bias: torch.Tensor,
     alpha2: torch.Tensor,
     dilation: int,
+    bias_in: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """snake2(depthwise_conv(snake1(x))): x [B, C, T]; alpha1, alpha2 [1, C, 1];
     the conv's weight [C, 1, K] (K odd, groups = C, padding (K - 1) / 2 x dilation: the length
-    kept) and bias [C]. Returns a new [B, C, T] in x's dtype."""
+    kept) and bias [C]; of x + bias_in (per channel, [C]; the conv's zero padding stays zero)
+    where given. Returns a new [B, C, T] in x's dtype."""
     x = x.contiguous()
     out = torch.empty_like(x)
     if x.numel():
         grid, block = _grid(x, UNIT_BLOCK)
         _residual_snake_conv_kernel[grid](
-            x, out, alpha1, weight, bias, alpha2, x.shape[1], x.shape[2],
+            x, out, alpha1, weight, bias, alpha2, bias_in, x.shape[1], x.shape[2],
             DILATION=dilation, K=weight.shape[-1], BLOCK=block,
         )  # fmt: skip
     return out

@@ -13,8 +13,12 @@ upsamples it by prod(rates) = the hop (512 at 24 kHz).
 
 Kernels (`engine.codec_kernels`, CODEC_KERNELS): on CUDA tensors the Snakes can run as one
 Triton kernel each (`snake`), and each residual unit's Snake -> depthwise conv -> Snake as one
-(`fused`; engine/kernels/triton_snac.py, docs/KERNELS.md). The torch expressions here are the
-reference and what a CPU runs whatever the setting.
+(`fused`; engine/kernels/triton_snac.py, docs/KERNELS.md); `folded` is `fused` with each
+residual unit's 1x1 conv one GEMM that adds its product into the unit's input in place (the
+residual add as the GEMM's accumulator) and leaves its bias out, handed on as a per-channel
+shift that the next kernel to read the activations adds (the next unit's, or the next Snake's;
+the shifts of a block's units add up). The torch expressions here are the reference and what a
+CPU runs whatever the setting.
 """
 
 from __future__ import annotations
@@ -29,8 +33,9 @@ from engine.config import ConfigError
 from engine.models.random_weights import on_meta, random_model, seeded
 
 # engine.codec_kernels: the torch reference; each Snake one Triton kernel; and each residual
-# unit's Snake -> depthwise conv -> Snake one kernel too. CUDA tensors only.
-CODEC_KERNELS = ("torch", "snake", "fused")
+# unit's Snake -> depthwise conv -> Snake one kernel too; and the units' 1x1 convs with their
+# residual adds and biases folded (the module docstring). CUDA tensors only.
+CODEC_KERNELS = ("torch", "snake", "fused", "folded")
 
 
 @dataclass(frozen=True)
@@ -101,7 +106,7 @@ class ResidualUnit(nn.Module):
             Snake1d(dim, kernels),
             nn.Conv1d(dim, dim, 1),
         )
-        self.fused = kernels == "fused" and groups == dim
+        self.fused = kernels in ("fused", "folded") and groups == dim
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.fused and x.is_cuda:
@@ -111,6 +116,21 @@ class ResidualUnit(nn.Module):
             )
             return x + pointwise(y)
         return x + self.block(x)
+
+    def folded(
+        self, x: torch.Tensor, shift: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The unit on `x + shift` (shift [C] fp32, or None: 0), as `engine.codec_kernels:
+        folded` runs it: x + shift + pointwise(y) is returned as x, updated in place by one
+        batched GEMM (x += W y), and the shift to add to it, shift + the 1x1 conv's bias. The
+        caller owns x: no one else may hold it."""
+        snake1, conv, snake2, pointwise = self.block
+        y = _triton_snac().residual_snake_conv(
+            x, snake1.alpha, conv.weight, conv.bias, snake2.alpha, conv.dilation[0], shift
+        )
+        x.baddbmm_(pointwise.weight[..., 0].expand(x.shape[0], -1, -1), y)
+        bias = pointwise.bias.float()
+        return x, bias if shift is None else shift + bias
 
 
 class NoiseBlock(nn.Module):
@@ -146,6 +166,23 @@ class DecoderBlock(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.block(x)
 
+    def folded(
+        self, x: torch.Tensor, shift: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The block on `x + shift` (the last block's units' biases, per channel; None: 0), its
+        units folded (ResidualUnit.folded): returns x and the shift still to add to it."""
+        snake, upsample, *rest = self.block
+        x = upsample(_triton_snac().snake(x, snake.alpha, shift))
+        shift = None
+        for layer in rest:
+            if isinstance(layer, ResidualUnit):
+                x, shift = layer.folded(x, shift)
+            else:  # the noise block, before the units
+                if shift is not None:
+                    raise AssertionError("a layer after a folded unit cannot take its shift")
+                x = layer(x)
+        return x, shift
+
 
 class Decoder(nn.Module):
     def __init__(self, c: SnacConfig, kernels: str):
@@ -169,9 +206,20 @@ class Decoder(nn.Module):
             )  # fmt: skip
         layers += [Snake1d(out_dim, kernels), nn.Conv1d(out_dim, 1, 7, padding=3), nn.Tanh()]
         self.model = nn.Sequential(*layers)
+        self.folded = kernels == "folded" and c.depthwise
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.model(x)
+        if not (self.folded and x.is_cuda):
+            return self.model(x)
+        shift = None  # the residual units' biases not yet added to x, per channel (fp32)
+        for layer in self.model:
+            if isinstance(layer, DecoderBlock):
+                x, shift = layer.folded(x, shift)
+            elif isinstance(layer, Snake1d) and shift is not None:
+                x, shift = _triton_snac().snake(x, layer.alpha, shift), None
+            else:  # the first convolutions, the last one and the tanh: no shift pending
+                x = layer(x)
+        return x
 
 
 class Quantizer(nn.Module):
