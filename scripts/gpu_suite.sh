@@ -3,7 +3,8 @@
 #   bash scripts/gpu_suite.sh STAGE...  STAGE: tests | models | quick | step | prefill | options |
 #   mixed | splitstep | splittune | stacks | accuracy | gdn | gdncap | gdnbench | run | evidence |
 #   orpheus | orpheus_step | orpheus_iter | masked | statesteps | figures | decode_attn |
-#   decode_attn_3b | decode_tests | codec | codec_folded | codec_overlap | codec_kernels | gemm | launch | kept | recurrent | all
+#   decode_attn_3b | decode_tests | codec | codec_folded | codec_overlap | codec_kernels | gemm |
+#   launch | kept | recurrent | all
 # with carry [".whl", ".jitcache"]. Logs go under $OUT (default ./gpu-out). JIT caches
 # (FlashInfer, Triton) are restored from .jitcache/ when present and saved to $OUT/jit-*.
 set -uo pipefail
@@ -348,7 +349,7 @@ for stage in "${stages[@]}"; do
           --requests $((4 * c)) --warmup "$c" --out "/tmp/figures-c$c-$RANDOM" 2>&1 \
           | head -n 24 | tee -a "$OUT/figures.log"
       done ;;
-    decode_attn|decode_attn_3b|decode_tests)  # engine.decode_attention triton (our split decode kernel)
+    decode_attn|decode_attn_3b|decode_tests)  # engine.decode_attention triton (our split kernel)
       # against FlashInfer's, in two calls of ~5 minutes (a machine taken back mid-call
       # returns nothing). `decode_attn`: the kernel's GPU tests and the engine's 0.8b decode
       # graphs on it (every bucket's replay against eager), the kernel benchmark (one layer
@@ -371,14 +372,14 @@ for stage in "${stages[@]}"; do
         else timeout "$limit" "$@" 2>&1 | tee -a "$OUT/$log" \
           | grep -E "PASSED|FAILED|ERROR|passed|failed|decode step|GPU busy|GB/s|Error|error"; fi
       }
-      if [ "$stage" = decode_tests ]; then  # the kernel's GPU tests alone (a launch changed)
+      if [ "$stage" != decode_attn_3b ]; then  # our kernel's GPU tests (decode_tests: alone,
+        # after a launch changed; decode_attn: FlashInfer's own beside them)
+        also=""; [ "$stage" = decode_attn ] && also="flashinfer_attention or "
         run_guarded 150 decode_attn_tests.log python3 -m pytest -m gpu -v -rA --tb=short \
           tests/test_gpu_kernels.py tests/test_gpu.py \
-          -k "triton_decode or 08b_decode_graph_replay_equals_eager_for_every_bucket and triton"
-      elif [ "$stage" = decode_attn ]; then
-        run_guarded 150 decode_attn_tests.log python3 -m pytest -m gpu -v -rA --tb=short \
-          tests/test_gpu_kernels.py tests/test_gpu.py \
-          -k "triton_decode or flashinfer_attention or 08b_decode_graph_replay_equals_eager_for_every_bucket and triton"
+          -k "triton_decode or ${also}08b_decode_graph_replay_equals_eager_for_every_bucket and triton"
+      fi
+      if [ "$stage" = decode_attn ]; then
         sweep=(); [ "${DECODE_SWEEP:-0}" = 1 ] && sweep=(--sweep)
         run_guarded 120 decode_attn_bench.log python3 -m benchmarks.bench_decode_attention \
           "${sweep[@]}" --json "$OUT/decode_attn.jsonl"
@@ -386,7 +387,7 @@ for stage in "${stages[@]}"; do
           run_guarded 75 decode_attn_steps.log python3 -m benchmarks.bench_gpu_step --batch 64 \
             --context 512 --graphs --decode-attention $da --profile "$OUT/profile_08b_$da.txt"
         done
-      else
+      elif [ "$stage" = decode_attn_3b ]; then
         for da in flashinfer triton; do
           run_guarded 160 decode_attn_steps.log python3 -m benchmarks.bench_gpu_step \
             --scenario orpheus --size 3b --batch 64 --context 768 --graphs --decode-tensor-cores \

@@ -218,6 +218,8 @@ class Decoder(nn.Module):
             elif isinstance(layer, Snake1d) and shift is not None:
                 x, shift = _triton_snac().snake(x, layer.alpha, shift), None
             else:  # the first convolutions, the last one and the tanh: no shift pending
+                if shift is not None:
+                    raise AssertionError("a layer after a folded block cannot take its shift")
                 x = layer(x)
         return x
 
