@@ -3,6 +3,7 @@ from the codec graphs, on each of the codec's kernel settings (`engine.codec_ker
 
     python -m benchmarks.bench_codec                  # 3b's codec (SNAC 24 kHz), bf16, CUDA
     python -m benchmarks.bench_codec --kernels torch fused --windows 16 64 --profile prof.txt
+    python -m benchmarks.bench_codec --kernels folded --sines exact approx  # engine.codec_sine
     python -m benchmarks.bench_codec --device cpu --preset tiny --windows 1 2 --repeats 3
 
 A step is the stage's own device side (`WindowDecoder.begin`, engine/worker/stream_pending.py):
@@ -35,7 +36,7 @@ from benchmarks import stats
 from benchmarks.options import positive_int
 from engine.models import build_streams
 from engine.models.orpheus import CODEBOOK, WINDOW_TOKENS, audio_token_low
-from engine.models.snac import CODEC_KERNELS
+from engine.models.snac import CODEC_KERNELS, CODEC_SINES
 from engine.worker.codec_graphs import CodecGraphs
 from engine.worker.stream_pending import WindowDecoder
 
@@ -57,8 +58,15 @@ class Codec:
     """One kernel setting's network, its stage-side decoder and its graphs. (No method named
     time_*: asv, which imports benchmarks/ for the nightly, would take the class for its own.)"""
 
-    def __init__(self, preset: str, dtype: str, device: str, kernels: str, max_windows: int):
-        ((self.network, self.node),) = build_streams("orpheus", preset, 0, dtype, device, kernels)
+    def __init__(
+        self, preset: str, dtype: str, device: str, kernels: str, max_windows: int,
+        sine: str = "exact",
+    ):  # fmt: skip
+        ((self.network, self.node),) = build_streams(
+            "orpheus", preset, 0, dtype, device, kernels, sine
+        )
+        # the setting's name in the tables: the kernels, and the sine where not the default
+        self.label = kernels if sine == "exact" else f"{kernels}+{sine}"
         self.decoder = WindowDecoder(self.network, self.node, max_windows)
         forward = partial(self.node.pcm, self.network)
         self.graphs = CodecGraphs(
@@ -94,7 +102,7 @@ class Codec:
                 wall_ms.append(wall)
                 if end is not None:
                     device_ms.append(start.elapsed_time(end))
-        return StepTimes(self.network.kernels, mode, len(codes), device_ms, wall_ms)
+        return StepTimes(self.label, mode, len(codes), device_ms, wall_ms)
 
 
 def windows_of(count: int, seed: int = 0) -> np.ndarray:
@@ -172,6 +180,10 @@ def main(argv: list[str] | None = None) -> None:
         "--kernels", nargs="+", choices=CODEC_KERNELS, default=None,
         help="engine.codec_kernels settings to time (default: all on CUDA, torch on a CPU)",
     )  # fmt: skip
+    parser.add_argument(
+        "--sines", nargs="+", choices=CODEC_SINES, default=["exact"],
+        help="engine.codec_sine settings, each with every --kernels setting but torch",
+    )  # fmt: skip
     parser.add_argument("--windows", type=positive_int, nargs="+", default=[1, 8, 16, 32, 64])
     parser.add_argument("--repeats", type=positive_int, default=50)
     parser.add_argument("--warmup", type=int, default=5)
@@ -179,11 +191,16 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     cuda = args.device == "cuda"
     dtype = args.dtype or ("bfloat16" if cuda else "float32")
-    settings = args.kernels or (list(CODEC_KERNELS) if cuda else ["torch"])
+    kernel_settings = args.kernels or (list(CODEC_KERNELS) if cuda else ["torch"])
+    settings = [
+        (kernels, sine)
+        for kernels in kernel_settings
+        for sine in (["exact"] if kernels == "torch" else args.sines)  # torch has no sines of ours
+    ]
     print(f"codec of orpheus {args.preset}, {dtype} on {args.device}")
     summaries, tables = [], []
-    for kernels in settings:
-        codec = Codec(args.preset, dtype, args.device, kernels, max(args.windows))
+    for kernels, sine in settings:
+        codec = Codec(args.preset, dtype, args.device, kernels, max(args.windows), sine)
         for mode in MODES:
             for count in args.windows:
                 times = codec.measure(windows_of(count), mode, args.repeats, args.warmup)
@@ -191,7 +208,9 @@ def main(argv: list[str] | None = None) -> None:
                 print(render(summaries[-1]), flush=True)
             if args.profile:
                 table = profile_table(codec, windows_of(max(args.windows)), mode)
-                tables.append(f"== kernels {kernels}, {mode}, {max(args.windows)} windows\n{table}")
+                tables.append(
+                    f"== kernels {codec.label}, {mode}, {max(args.windows)} windows\n{table}"
+                )
         del codec  # its graphs and their pool, before the next setting captures its own
         gc.collect()
         if cuda:

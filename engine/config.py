@@ -112,8 +112,14 @@ class EngineConfig:
     # one kernel) or "folded" (that, and each unit's 1x1 conv one GEMM adding into the unit's
     # input in place, its bias handed on to the next kernel: 24 elementwise kernels fewer a
     # decode; engine/models/snac.py). Captured by the codec graphs like the rest. "torch"
-    # until measured on a GPU (Orpheus 3b runs "fused", scenarios/orpheus.yaml).
+    # until measured on a GPU (Orpheus 3b runs "folded" since session 15, scenarios/orpheus.yaml).
     codec_kernels: str = "torch"
+    # The sines of those Triton kernels (engine/kernels/triton_snac.py): "exact" (libdevice's
+    # sinf, ~40 instructions and a local-memory stack frame) or "approx" (the SFU's
+    # sin.approx.f32, ~2^-21 absolute error at the codec's O(1) arguments, far under bf16's
+    # rounding). The fused unit recomputes 7 sines an output; its kernel is ~58% of the 3b
+    # codec step on graphs (session 15's profile). "exact" until measured on a GPU.
+    codec_sine: str = "exact"
     # The dense projections of a step on the CUDA kernels (engine/kernels/triton_gemm.py):
     # "torch" (cuBLAS through torch), "triton" (ours for steps of up to 128 rows in bf16/fp16,
     # the weight streamed once; more rows, and fp32, stay on torch's) or "head" (ours for the

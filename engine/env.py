@@ -60,3 +60,17 @@ def phase_timing_period() -> int:
     if period < 0:
         raise EnvError(f"{PHASE_TIMING.name}={raw!r}: must not be negative")
     return period
+
+
+FLASHINFER_PREBUILT = EnvVar(
+    "BENCH_FLASHINFER_PREBUILT",
+    "1: load a FlashInfer JIT module's .so already in its cache directory as it is, without "
+    "ninja (engine/kernels/flashinfer_import.py); unset or 0: FlashInfer's own rule.",
+)
+
+
+def flashinfer_prebuilt() -> bool:
+    raw = FLASHINFER_PREBUILT.raw()
+    if raw not in (None, "0", "1"):
+        raise EnvError(f"{FLASHINFER_PREBUILT.name}={raw!r}: expected 0 or 1")
+    return raw == "1"

@@ -11,6 +11,9 @@ set -uo pipefail
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 FLASHINFER_WORKSPACE_BASE=/tmp/fi TRITON_CACHE_DIR=/tmp/triton-cache
+# FlashInfer's JIT .so files restored below load as they are (without it, ninja, lacking
+# the objects, recompiled them: ~3 minutes of each fresh machine; flashinfer_import.py)
+export BENCH_FLASHINFER_PREBUILT=1
 if [ -d .whl ] && [ ! -d /tmp/site/flashinfer ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl || exit 3
@@ -20,6 +23,17 @@ mkdir -p /tmp/fi /tmp/triton-cache
 if ls .jitcache/jit-* >/dev/null 2>&1 && [ ! -e /tmp/fi/.restored ]; then
   cat .jitcache/jit-* | tar -x -z -C / && touch /tmp/fi/.restored && echo "JIT cache restored"
 fi
+failures() {  # a run's failed requests: their errors counted, and its servers' log errors
+  python3 - "$1" <<'PY'
+import sys, pandas as pd
+r = pd.read_parquet(sys.argv[1] + "/requests.parquet")
+bad = r[(r.status != 200) | r.error.notna()]
+if len(bad):
+    print(f"{len(bad)} failed of {len(r)}; status, error:")
+    print(bad.groupby([bad.status, bad.error.fillna("-").str[:160]]).size().to_string())
+PY
+  grep -hiE -m 20 -B 2 "error|traceback|exception" "$1"/logs/*.log 2>/dev/null | tail -n 40
+}
 nvidia-smi --query-gpu=name,memory.used,memory.total,clocks.sm --format=csv > "$OUT/gpu.txt"
 stages=("$@")
 [ "${stages[*]}" = "all" ] && stages=(tests models step run)
@@ -275,6 +289,15 @@ for stage in "${stages[@]}"; do
       timeout 90 python3 -m benchmarks.bench_codec --kernels fused folded --windows 16 64 \
         --repeats 20 --profile "$OUT/codec_folded_profile.txt" 2>&1 | grep -v "^USDT" \
         | tee "$OUT/bench_codec.log" ;;
+    codec_sine)  # engine.codec_sine approx (the SFU's sine in the codec's Triton kernels): its
+      # GPU tests (tiny fp32 against torch, eager and on the codec graphs; 3b bf16 against
+      # fp32), then the 3b codec step on folded, exact vs approx sines, at 16 and 64 windows,
+      # eager and on graphs, profiled at 64 (~2.5 minutes)
+      timeout 100 python3 -m pytest -m gpu -q -rA -s tests/test_gpu.py \
+        -k "codec_kernels and approx" 2>&1 | tail -n 8 | tee "$OUT/codec_sine_tests.log"
+      timeout 90 python3 -m benchmarks.bench_codec --kernels folded --sines exact approx \
+        --windows 16 64 --repeats 20 --profile "$OUT/codec_sine_profile.txt" 2>&1 \
+        | grep -v "^USDT" | tee "$OUT/bench_codec_sine.log" ;;
     gemm)  # engine.dense_kernel (our GEMM for few rows, engine/kernels/triton_gemm.py): each
       # real shape torch vs ours (bench_gemm, no model built), then the 0.8b decode step at
       # batch 64 with graphs both ways, profiled (the GPU's busy time a step), then its GPU
@@ -345,9 +368,15 @@ for stage in "${stages[@]}"; do
       # warmup requests; the figures table and the iteration's phases (~40 s a 0.8b server)
       for c in ${FIGURES_C:-64 128}; do
         echo "== ${FIGURES_SCENARIO:-qwen35} c=$c" | tee -a "$OUT/figures.log"
-        timeout 200 python3 -m harness measure "${FIGURES_SCENARIO:-qwen35}" -c "$c" \
-          --requests $((4 * c)) --warmup "$c" --out "/tmp/figures-c$c-$RANDOM" 2>&1 \
-          | head -n 24 | tee -a "$OUT/figures.log"
+        # a first server on a fresh machine may compile what the JIT cache lacks: its warmup
+        # line says how long (session 15: 179 s before FlashInfer's .so files loaded as they
+        # are; a guard of 200 s then cut a run with 16 requests in flight, counted failed)
+        run="/tmp/figures-c$c-$RANDOM"
+        timeout 300 python3 -m harness measure "${FIGURES_SCENARIO:-qwen35}" -c "$c" \
+          --requests $((4 * c)) --warmup "$c" --out "$run" > "$run.log" 2>&1
+        { head -n 24 "$run.log"; grep -E "^doubt|^interrupted" "$run.log"
+          grep -h "warmup:" "$run"/logs/*.log 2>/dev/null | cut -c 1-120
+          failures "$run"; } | tee -a "$OUT/figures.log"
       done ;;
     decode_attn|decode_attn_3b|decode_tests)  # engine.decode_attention triton (our split kernel)
       # against FlashInfer's, in two calls of ~5 minutes (a machine taken back mid-call

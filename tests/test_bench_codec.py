@@ -22,6 +22,14 @@ def test_bench_codec_times_each_setting_and_mode_on_the_cpu(capsys):
     assert "graphs   1 windows, median over the first: torch 1.00, fused" in out
 
 
+def test_bench_codec_times_each_sine_of_each_kernel_setting(capsys):
+    """--sines pairs each engine.codec_sine with every kernel setting but torch (whose sines
+    are torch's): a setting named by its kernels, and its sine where not the default."""
+    main([*CPU_RUN, "--kernels", "torch", "folded", "--sines", "exact", "approx"])
+    steps = [line for line in capsys.readouterr().out.splitlines() if line.startswith("codec step")]
+    assert [line.split()[3] for line in steps[::2]] == ["torch", "folded", "folded+approx"]
+
+
 def test_bench_codec_writes_its_profile_tables(tmp_path):
     profile = tmp_path / "profile.txt"
     main([*CPU_RUN, "--kernels", "fused", "--profile", str(profile)])

@@ -522,11 +522,19 @@ def test_a_codec_overlap_step_does_not_wait_for_its_device_work():
     assert _max_pcm_difference(pcm, want) <= 1
 
 
+# engine.codec_kernels settings on CUDA, and "folded+approx": folded with engine.codec_sine
+# approx (the hardware's sine)
+CODEC_SETTINGS = ["snake", "fused", "folded", "folded+approx"]
+
+
 def _codec(preset: str, dtype: str, kernels: str):
-    """The codec network (and its node) on CUDA with `kernels`, each Snake's alpha and each
-    bias redrawn (the seeded weights have them all 1 and 0, which would hide a swapped alpha or
-    a dropped bias), the same values for every `kernels` and dtype."""
-    ((network, node),) = build_streams("orpheus", preset, 0, dtype, "cuda", kernels)
+    """The codec network (and its node) on CUDA with `kernels` (a CODEC_SETTINGS name), each
+    Snake's alpha and each bias redrawn (the seeded weights have them all 1 and 0, which would
+    hide a swapped alpha or a dropped bias), the same values for every `kernels` and dtype."""
+    kernels, _, sine = kernels.partition("+")
+    ((network, node),) = build_streams(
+        "orpheus", preset, 0, dtype, "cuda", kernels, sine or "exact"
+    )
     gen = torch.Generator().manual_seed(1)
     with torch.no_grad():
         for name, p in network.named_parameters():
@@ -542,19 +550,23 @@ def _windows(count: int, seed: int = 0) -> np.ndarray:
     return audio_token_low(np.arange(WINDOW_TOKENS)) + codes
 
 
-@pytest.mark.parametrize("kernels", ["snake", "fused", "folded"])
+@pytest.mark.parametrize("kernels", CODEC_SETTINGS)
 def test_tiny_codec_kernels_decode_as_the_torch_reference(kernels):
     """`engine.codec_kernels` on CUDA, tiny in fp32, TF32 off: the decoder's audio (before the
     PCM's rounding) equals the torch path's on the same device to 1e-5, and its PCM, eager and
     replayed from the codec graphs (which capture the Triton launches), equals the torch path's
-    direct decode to one least significant bit (as the codec graphs test)."""
+    direct decode to one least significant bit (as the codec graphs test). With the hardware's
+    sine (~2^-21 absolute a sine, each Snake's error over alpha >= 0.3 here), to 1e-4 and 4
+    (3 of those bits and the rounding's one)."""
+    approx = kernels.endswith("+approx")
+    audio_bound, pcm_bound = (1e-4, 4) if approx else (1e-5, 1)
     with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
         reference, node = _codec("tiny", "float32", "torch")
         network, _ = _codec("tiny", "float32", kernels)
         windows = _windows(24)
         levels = split_levels(torch.from_numpy(node.codes(windows)).cuda())
         audio_error = (network.decode(levels) - reference.decode(levels)).abs().max().item()
-        assert audio_error < 1e-5, audio_error
+        assert audio_error < audio_bound, audio_error
         device, stream = torch.device("cuda"), torch.cuda.Stream()
         graphs = CodecGraphs(partial(node.pcm, network), node.code_width, 24, device, stream)
         worst = 0
@@ -565,11 +577,11 @@ def test_tiny_codec_kernels_decode_as_the_torch_reference(kernels):
                 eager = node.decode(network, windows[:count])
                 for got in (replay, eager):
                     worst = max(worst, _max_pcm_difference(got, want))
-        assert worst <= 1, worst
+        assert worst <= pcm_bound, worst
     print(f"codec_kernels={kernels}: audio within {audio_error:.2e}, PCM within {worst}")
 
 
-@pytest.mark.parametrize("kernels", ["snake", "fused", "folded"])
+@pytest.mark.parametrize("kernels", CODEC_SETTINGS)
 def test_24khz_bf16_codec_kernels_are_as_close_to_fp32_as_the_bf16_reference(kernels):
     """The 3b size's codec (SNAC 24 kHz) in bf16 on the kernels, 16 windows: its audio is no
     further from the fp32 network's (the truth, TF32 off) than the bf16 torch reference's is:

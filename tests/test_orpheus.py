@@ -35,7 +35,7 @@ from engine.models.orpheus import (
     windows_for,
 )
 from engine.models.orpheus_node import WINDOW_LOOP, OrpheusNode, SnacNode
-from engine.models.snac import ResidualUnit
+from engine.models.snac import ResidualUnit, Snake1d
 from engine.models.token_node import DECODE_LOOP
 from engine.runtime.graph import StopRows
 from engine.runtime.runtime import GraphRuntime
@@ -383,6 +383,20 @@ def test_codec_kernels_decode_with_the_reference_on_a_cpu(snac, kernels):
 def test_an_unknown_codec_kernels_setting_is_a_config_error():
     with pytest.raises(ConfigError, match="engine.codec_kernels must be one of torch, snake"):
         orpheus_worker(codec_kernels="triton")
+
+
+def test_the_codec_sine_reaches_every_snake_and_unit_and_is_checked():
+    """engine.codec_sine reaches each Snake and residual unit of the codec through the worker
+    (on a CPU they run the torch reference whatever it says); an unknown value is refused."""
+    worker, _, _ = orpheus_worker(codec_kernels="folded", codec_sine="approx")
+    network = worker.stages[0].network
+    assert network.sine == "approx"
+    layers = [m for m in network.modules() if isinstance(m, (Snake1d, ResidualUnit))]
+    assert len(layers) == 4 + 12 * 3 + 1 and all(m.approx for m in layers)
+    exact, _, _ = orpheus_worker(codec_kernels="folded")
+    assert not any(getattr(m, "approx", False) for m in exact.stages[0].network.modules())
+    with pytest.raises(ConfigError, match="engine.codec_sine must be one of exact, approx"):
+        orpheus_worker(codec_sine="fast")
 
 
 @pytest.mark.parametrize("overlap", [False, True])

@@ -122,3 +122,23 @@ def test_decode_attention_compiles_for_sm90_under_every_launch_the_sweep_tries()
             assert " 0 bytes spill stores" in offline.ptxas_report(binary), launch.key
             checked += 1
     assert checked == 4  # two shapes, one split and four
+
+
+def test_the_codecs_approximate_sine_is_one_instruction_and_no_local_memory():
+    """engine.codec_sine: the codec kernels' sines. "exact" is libdevice's sinf (a reduction
+    with a local-memory array for huge arguments: a stack frame in every launch, and ~40
+    instructions a sine); "approx" is the SFU's `sin.approx`, no local memory. The fused
+    unit's kernel recomputes 7 sines an output (one a tap), so this is its instruction count."""
+    launches = [
+        launch
+        for launch in offline.record_launches(torch.bfloat16)
+        if launch.kernel.fn.__name__ in ("_snake_kernel", "_residual_snake_conv_kernel")
+    ]
+    forms = {False: [], True: []}
+    for launch in launches:
+        forms[launch.constexprs["APPROX"]].append(offline.compile_launch(launch).asm["ptx"])
+    assert forms[False] and forms[True]
+    for ptx in forms[True]:
+        assert "sin.approx" in ptx and ".local" not in ptx
+    for ptx in forms[False]:
+        assert "sin.approx" not in ptx and ".local" in ptx

@@ -450,9 +450,10 @@ from engine.models import snac
 
 calls = {"snake": 0, "residual_snake_conv": 0}
 for name in calls:
-    def counted(*args, _kernel=getattr(triton_snac, name), _name=name):
+    def counted(*args, approx, _kernel=getattr(triton_snac, name), _name=name):
+        assert approx is False  # engine.codec_sine exact: the interpreter has no SFU sine
         calls[_name] += 1
-        return _kernel(*args)
+        return _kernel(*args, approx=approx)
     setattr(triton_snac, name, counted)
 torch.Tensor.is_cuda = property(lambda self: True)
 config = snac.SnacConfig(latent_dim=8, decoder_dim=16, latent_steps=4)

@@ -26,7 +26,7 @@ from typing import NamedTuple
 import torch
 
 from engine.config import check_decode_attention
-from engine.kernels import triton_decode
+from engine.kernels import flashinfer_import, triton_decode
 from engine.kernels.decode_config import SMS, decode_splits
 
 WORKSPACE_BYTES = 128 << 20  # FlashInfer's recommended split-k workspace
@@ -56,7 +56,7 @@ class FlashInferAttention:
         """`tensor_cores`: decode steps run FlashInfer's tensor-core kernel (its prefill
         kernel with one query a row) instead of its CUDA-core decode kernel. `decode_kernel`:
         "flashinfer" (its decode wrappers) or "triton" (ours; no decode wrapper is built)."""
-        import flashinfer
+        flashinfer = flashinfer_import.flashinfer()
 
         check_decode_attention(decode_kernel)
         self.tensor_cores = tensor_cores

@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from engine.kernels import flashinfer_import
 from engine.layers.sampler import (
     SamplingParams,
     effective_top_p,
@@ -29,8 +30,7 @@ _unseeded = np.random.default_rng()
 
 
 def _draw(scaled: torch.Tensor, params: list[SamplingParams], seed: int) -> torch.Tensor:
-    import flashinfer
-
+    flashinfer = flashinfer_import.flashinfer()
     if all(p.top_k == 0 and p.top_p >= 1.0 for p in params):
         return flashinfer.sampling.sampling_from_logits(scaled, seed=seed, offset=0)
     device, vocab = scaled.device, scaled.shape[-1]

@@ -200,6 +200,8 @@ def _run_codec_wrappers(dtype: torch.dtype) -> None:
         triton_snac.snake(x, torch.ones(1, channels, 1, dtype=dtype))
         # engine.codec_kernels folded: a bias handed on from the residual units (fp32)
         triton_snac.snake(x, torch.ones(1, channels, 1, dtype=dtype), torch.zeros(channels))
+        # engine.codec_sine approx: the hardware's sine
+        triton_snac.snake(x, torch.ones(1, channels, 1, dtype=dtype), approx=True)
     for channels, steps, dilations in ((512, 128, (1, 3, 9)), (64, 8192, (9,))):
         x = torch.zeros(windows, channels, steps, dtype=dtype)
         alpha = torch.ones(1, channels, 1, dtype=dtype)
@@ -209,6 +211,9 @@ def _run_codec_wrappers(dtype: torch.dtype) -> None:
             triton_snac.residual_snake_conv(x, alpha, weight, bias, alpha, dilation)
             triton_snac.residual_snake_conv(
                 x, alpha, weight, bias, alpha, dilation, torch.zeros(channels)
+            )
+            triton_snac.residual_snake_conv(
+                x, alpha, weight, bias, alpha, dilation, torch.zeros(channels), approx=True
             )
 
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra import libdevice
 
 from engine.kernels.triton_launch import bound
 
@@ -38,14 +39,17 @@ UNIT_BLOCK = 256
 
 
 @triton.jit
-def _snake(x, alpha, inv_alpha):
-    s = tl.sin(alpha * x)
+def _snake(x, alpha, inv_alpha, APPROX: tl.constexpr):
+    if APPROX:  # the SFU's sin.approx.f32: one instruction
+        s = libdevice.fast_sinf(alpha * x)
+    else:  # libdevice's sinf: ~40 instructions and, for huge arguments, a local-memory path
+        s = tl.sin(alpha * x)
     return x + inv_alpha * (s * s)
 
 
 @bound
 @triton.jit
-def _snake_kernel(X, OUT, ALPHA, BIAS_IN, C, T, BLOCK: tl.constexpr):
+def _snake_kernel(X, OUT, ALPHA, BIAS_IN, C, T, BLOCK: tl.constexpr, APPROX: tl.constexpr):
     row = tl.program_id(0)  # batch row * C + channel
     t = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = t < T
@@ -54,7 +58,7 @@ def _snake_kernel(X, OUT, ALPHA, BIAS_IN, C, T, BLOCK: tl.constexpr):
     x = tl.load(X + offsets, mask=mask, other=0.0).to(tl.float32)
     if BIAS_IN is not None:
         x += tl.load(BIAS_IN + row % C).to(tl.float32)
-    y = _snake(x, alpha, 1.0 / (alpha + 1e-9))
+    y = _snake(x, alpha, 1.0 / (alpha + 1e-9), APPROX)
     tl.store(OUT + offsets, y.to(OUT.dtype.element_ty), mask=mask)
 
 
@@ -62,7 +66,7 @@ def _snake_kernel(X, OUT, ALPHA, BIAS_IN, C, T, BLOCK: tl.constexpr):
 @triton.jit
 def _residual_snake_conv_kernel(
     X, OUT, ALPHA1, W, BIAS, ALPHA2, BIAS_IN, C, T,
-    DILATION: tl.constexpr, K: tl.constexpr, BLOCK: tl.constexpr,
+    DILATION: tl.constexpr, K: tl.constexpr, BLOCK: tl.constexpr, APPROX: tl.constexpr,
 ):  # fmt: skip
     row = tl.program_id(0)
     channel = row % C
@@ -78,11 +82,13 @@ def _residual_snake_conv_kernel(
         src = t + (j - K // 2) * DILATION
         inside = (src >= 0) & (src < T)
         x = tl.load(X + base + src, mask=inside, other=0.0).to(tl.float32) + shift
-        y = tl.where(inside, _snake(x, alpha1, inv1), 0.0)  # zero padding of the conv's input
+        y = tl.where(
+            inside, _snake(x, alpha1, inv1, APPROX), 0.0
+        )  # zero padding of the conv's input
         acc += tl.load(W + channel * K + j).to(tl.float32) * y
     acc += tl.load(BIAS + channel).to(tl.float32)
     alpha2 = tl.load(ALPHA2 + channel).to(tl.float32)
-    out = _snake(acc, alpha2, 1.0 / (alpha2 + 1e-9))
+    out = _snake(acc, alpha2, 1.0 / (alpha2 + 1e-9), APPROX)
     tl.store(OUT + base + t, out.to(OUT.dtype.element_ty), mask=t < T)
 
 
@@ -95,16 +101,19 @@ def _grid(x: torch.Tensor, most: int) -> tuple[tuple[int, int], int]:
 
 
 def snake(
-    x: torch.Tensor, alpha: torch.Tensor, bias_in: torch.Tensor | None = None
-) -> torch.Tensor:
+    x: torch.Tensor, alpha: torch.Tensor, bias_in: torch.Tensor | None = None,
+    approx: bool = False,
+) -> torch.Tensor:  # fmt: skip
     """x + sin(alpha x)^2 / (alpha + 1e-9) per channel: x [B, C, T], alpha [1, C, 1]
-    (Snake1d's parameter); of x + bias_in (per channel, [C]) where given. Returns a new
-    [B, C, T] in x's dtype."""
+    (Snake1d's parameter); of x + bias_in (per channel, [C]) where given; `approx`: the
+    hardware's sine (`_snake`). Returns a new [B, C, T] in x's dtype."""
     x = x.contiguous()
     out = torch.empty_like(x)
     if x.numel():
         grid, block = _grid(x, SNAKE_BLOCK)
-        _snake_kernel[grid](x, out, alpha, bias_in, x.shape[1], x.shape[2], BLOCK=block)
+        _snake_kernel[grid](
+            x, out, alpha, bias_in, x.shape[1], x.shape[2], BLOCK=block, APPROX=approx
+        )  # fmt: skip
     return out
 
 
@@ -116,17 +125,18 @@ def residual_snake_conv(
     alpha2: torch.Tensor,
     dilation: int,
     bias_in: torch.Tensor | None = None,
+    approx: bool = False,
 ) -> torch.Tensor:
     """snake2(depthwise_conv(snake1(x))): x [B, C, T]; alpha1, alpha2 [1, C, 1];
     the conv's weight [C, 1, K] (K odd, groups = C, padding (K - 1) / 2 x dilation: the length
     kept) and bias [C]; of x + bias_in (per channel, [C]; the conv's zero padding stays zero)
-    where given. Returns a new [B, C, T] in x's dtype."""
+    where given; `approx`: the hardware's sine. Returns a new [B, C, T] in x's dtype."""
     x = x.contiguous()
     out = torch.empty_like(x)
     if x.numel():
         grid, block = _grid(x, UNIT_BLOCK)
         _residual_snake_conv_kernel[grid](
             x, out, alpha1, weight, bias, alpha2, bias_in, x.shape[1], x.shape[2],
-            DILATION=dilation, K=weight.shape[-1], BLOCK=block,
+            DILATION=dilation, K=weight.shape[-1], BLOCK=block, APPROX=approx,
         )  # fmt: skip
     return out

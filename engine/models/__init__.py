@@ -102,13 +102,15 @@ def build_streams(
     dtype: str | torch.dtype,
     device: str | torch.device,
     kernels: str = "torch",
+    sine: str = "exact",
 ) -> list[tuple[nn.Module, NodeSubmodule]]:
     """The networks and nodes downstream of the first, in stream order (none for most);
-    `kernels`: what their networks run on CUDA (engine.codec_kernels)."""
+    `kernels`: what their networks run on CUDA (engine.codec_kernels), `sine` those kernels'
+    sines (engine.codec_sine)."""
     return [
         (
             s.network.random(
-                _preset(arch, s.presets, preset), seed, _dtype(dtype), device, kernels
+                _preset(arch, s.presets, preset), seed, _dtype(dtype), device, kernels, sine
             ),
             s.node(),
         )

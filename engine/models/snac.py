@@ -36,6 +36,10 @@ from engine.models.random_weights import on_meta, random_model, seeded
 # unit's Snake -> depthwise conv -> Snake one kernel too; and the units' 1x1 convs with their
 # residual adds and biases folded (the module docstring). CUDA tensors only.
 CODEC_KERNELS = ("torch", "snake", "fused", "folded")
+# engine.codec_sine: the sines of those Triton kernels, libdevice's sinf ("exact", correctly
+# reduced for any argument) or the hardware's sin.approx ("approx": one SFU op, ~2^-21
+# absolute error on the O(1) arguments of the codec, far below bf16's rounding).
+CODEC_SINES = ("exact", "approx")
 
 
 @dataclass(frozen=True)
@@ -81,14 +85,15 @@ class Snake1d(nn.Module):
     """x + sin^2(alpha x) / alpha, per channel; on CUDA one Triton kernel unless `kernels` is
     "torch"."""
 
-    def __init__(self, channels: int, kernels: str = "torch"):
+    def __init__(self, channels: int, kernels: str = "torch", sine: str = "exact"):
         super().__init__()
         self.alpha = nn.Parameter(torch.ones(1, channels, 1))
         self.triton = kernels != "torch"
+        self.approx = sine == "approx"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.triton and x.is_cuda:
-            return _triton_snac().snake(x, self.alpha)
+            return _triton_snac().snake(x, self.alpha, approx=self.approx)
         return snake(x, self.alpha)
 
 
@@ -96,23 +101,32 @@ class ResidualUnit(nn.Module):
     """x + conv1x1(snake(dwconv(snake(x)))); with `kernels` "fused" (and a depthwise conv), on
     CUDA the part before the 1x1 conv is one Triton kernel."""
 
-    def __init__(self, dim: int, dilation: int, groups: int, kernels: str = "torch"):
+    def __init__(
+        self, dim: int, dilation: int, groups: int, kernels: str = "torch", sine: str = "exact"
+    ):
         super().__init__()
         size = 7
         pad = (size - 1) * dilation // 2
         self.block = nn.Sequential(
-            Snake1d(dim, kernels),
+            Snake1d(dim, kernels, sine),
             nn.Conv1d(dim, dim, size, dilation=dilation, padding=pad, groups=groups),
-            Snake1d(dim, kernels),
+            Snake1d(dim, kernels, sine),
             nn.Conv1d(dim, dim, 1),
         )
         self.fused = kernels in ("fused", "folded") and groups == dim
+        self.approx = sine == "approx"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.fused and x.is_cuda:
             snake1, conv, snake2, pointwise = self.block
             y = _triton_snac().residual_snake_conv(
-                x, snake1.alpha, conv.weight, conv.bias, snake2.alpha, conv.dilation[0]
+                x,
+                snake1.alpha,
+                conv.weight,
+                conv.bias,
+                snake2.alpha,
+                conv.dilation[0],
+                approx=self.approx,
             )
             return x + pointwise(y)
         return x + self.block(x)
@@ -126,7 +140,14 @@ class ResidualUnit(nn.Module):
         caller owns x: no one else may hold it."""
         snake1, conv, snake2, pointwise = self.block
         y = _triton_snac().residual_snake_conv(
-            x, snake1.alpha, conv.weight, conv.bias, snake2.alpha, conv.dilation[0], shift
+            x,
+            snake1.alpha,
+            conv.weight,
+            conv.bias,
+            snake2.alpha,
+            conv.dilation[0],
+            shift,
+            approx=self.approx,
         )
         x.baddbmm_(pointwise.weight[..., 0].expand(x.shape[0], -1, -1), y)
         bias = pointwise.bias.float()
@@ -148,11 +169,11 @@ class NoiseBlock(nn.Module):
 class DecoderBlock(nn.Module):
     def __init__(
         self, in_dim: int, out_dim: int, stride: int, noise_steps: int | None, groups: int,
-        kernels: str,
+        kernels: str, sine: str = "exact",
     ):  # fmt: skip
         super().__init__()
         layers: list[nn.Module] = [
-            Snake1d(in_dim, kernels),
+            Snake1d(in_dim, kernels, sine),
             nn.ConvTranspose1d(
                 in_dim, out_dim, 2 * stride, stride=stride,
                 padding=math.ceil(stride / 2), output_padding=stride % 2,
@@ -160,7 +181,7 @@ class DecoderBlock(nn.Module):
         ]  # fmt: skip
         if noise_steps is not None:
             layers.append(NoiseBlock(out_dim, noise_steps))
-        layers += [ResidualUnit(out_dim, d, groups, kernels) for d in (1, 3, 9)]
+        layers += [ResidualUnit(out_dim, d, groups, kernels, sine) for d in (1, 3, 9)]
         self.block = nn.Sequential(*layers)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -172,7 +193,7 @@ class DecoderBlock(nn.Module):
         """The block on `x + shift` (the last block's units' biases, per channel; None: 0), its
         units folded (ResidualUnit.folded): returns x and the shift still to add to it."""
         snake, upsample, *rest = self.block
-        x = upsample(_triton_snac().snake(x, snake.alpha, shift))
+        x = upsample(_triton_snac().snake(x, snake.alpha, shift, approx=snake.approx))
         shift = None
         for layer in rest:
             if isinstance(layer, ResidualUnit):
@@ -185,7 +206,7 @@ class DecoderBlock(nn.Module):
 
 
 class Decoder(nn.Module):
-    def __init__(self, c: SnacConfig, kernels: str):
+    def __init__(self, c: SnacConfig, kernels: str, sine: str = "exact"):
         super().__init__()
         if c.depthwise:
             layers: list[nn.Module] = [
@@ -201,10 +222,12 @@ class Decoder(nn.Module):
             layers.append(
                 DecoderBlock(
                     c.decoder_dim // 2**i, out_dim, stride, steps if c.noise else None,
-                    groups=out_dim if c.depthwise else 1, kernels=kernels,
+                    groups=out_dim if c.depthwise else 1, kernels=kernels, sine=sine,
                 )
             )  # fmt: skip
-        layers += [Snake1d(out_dim, kernels), nn.Conv1d(out_dim, 1, 7, padding=3), nn.Tanh()]
+        layers += [
+            Snake1d(out_dim, kernels, sine), nn.Conv1d(out_dim, 1, 7, padding=3), nn.Tanh()
+        ]  # fmt: skip
         self.model = nn.Sequential(*layers)
         self.folded = kernels == "folded" and c.depthwise
 
@@ -216,7 +239,7 @@ class Decoder(nn.Module):
             if isinstance(layer, DecoderBlock):
                 x, shift = layer.folded(x, shift)
             elif isinstance(layer, Snake1d) and shift is not None:
-                x, shift = _triton_snac().snake(x, layer.alpha, shift), None
+                x, shift = _triton_snac().snake(x, layer.alpha, shift, approx=layer.approx), None
             else:  # the first convolutions, the last one and the tanh: no shift pending
                 if shift is not None:
                     raise AssertionError("a layer after a folded block cannot take its shift")
@@ -248,17 +271,22 @@ class ResidualQuantizer(nn.Module):
 
 
 class SnacDecoder(nn.Module):
-    def __init__(self, config: SnacConfig, kernels: str = "torch"):
-        """`kernels`: one of CODEC_KERNELS (engine.codec_kernels), for CUDA tensors."""
+    def __init__(self, config: SnacConfig, kernels: str = "torch", sine: str = "exact"):
+        """`kernels`: one of CODEC_KERNELS (engine.codec_kernels), `sine` one of CODEC_SINES
+        (engine.codec_sine, the Triton kernels' sines), for CUDA tensors."""
         super().__init__()
         if kernels not in CODEC_KERNELS:
             raise ConfigError(
                 f"engine.codec_kernels must be one of {', '.join(CODEC_KERNELS)}, got {kernels!r}"
             )
+        if sine not in CODEC_SINES:
+            raise ConfigError(
+                f"engine.codec_sine must be one of {', '.join(CODEC_SINES)}, got {sine!r}"
+            )
         self.config = config
-        self.kernels = kernels
+        self.kernels, self.sine = kernels, sine
         self.quantizer = ResidualQuantizer(config)
-        self.decoder = Decoder(config, kernels)
+        self.decoder = Decoder(config, kernels, sine)
 
     @torch.no_grad()
     def decode(self, codes: list[torch.Tensor]) -> torch.Tensor:
@@ -283,9 +311,10 @@ class SnacDecoder(nn.Module):
 
     @classmethod
     def random(
-        cls, config: SnacConfig, seed: int, dtype: torch.dtype, device, kernels: str = "torch"
-    ) -> SnacDecoder:
-        """Seeded random weights (`_random_weight`): the same for every `kernels`."""
+        cls, config: SnacConfig, seed: int, dtype: torch.dtype, device, kernels: str = "torch",
+        sine: str = "exact",
+    ) -> SnacDecoder:  # fmt: skip
+        """Seeded random weights (`_random_weight`): the same for every `kernels` and `sine`."""
         probe = on_meta(lambda: cls(config))
         transposed = {
             f"{name}.weight"
@@ -293,7 +322,7 @@ class SnacDecoder(nn.Module):
             if isinstance(module, nn.ConvTranspose1d)
         }
         model = random_model(
-            lambda: cls(config, kernels),
+            lambda: cls(config, kernels, sine),
             lambda name, shape: _random_weight(name, shape, seed, name in transposed),
             dtype,
             device,

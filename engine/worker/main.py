@@ -73,7 +73,13 @@ def build_worker(
     spec = model_spec
     engine, node = build_engine(spec, config)
     streams = build_streams(
-        spec.arch, spec.preset, spec.seed, config.dtype, config.device, config.codec_kernels
+        spec.arch,
+        spec.preset,
+        spec.seed,
+        config.dtype,
+        config.device,
+        config.codec_kernels,
+        config.codec_sine,
     )
     stages = [
         StreamStage(
