@@ -24,12 +24,13 @@ if ls .jitcache/jit-* >/dev/null 2>&1 && [ ! -e /tmp/fi/.restored ]; then
   cat .jitcache/jit-* | tar -x -z -C / && touch /tmp/fi/.restored && echo "JIT cache restored"
 fi
 failures() {  # a run's failed requests: their errors counted, and its servers' log errors
+  [ -f "$1/requests.parquet" ] || { echo "no requests recorded in $1"; return 0; }
   python3 - "$1" <<'PY'
 import sys, pandas as pd
 r = pd.read_parquet(sys.argv[1] + "/requests.parquet")
 bad = r[(r.status != 200) | r.error.notna()]
-if len(bad):
-    print(f"{len(bad)} failed of {len(r)}; status, error:")
+if len(bad):  # "interrupted": cut in flight by a stop or a guard, not a server's failure
+    print(f"{len(bad)} not completed of {len(r)}; status, error:")
     print(bad.groupby([bad.status, bad.error.fillna("-").str[:160]]).size().to_string())
 PY
   grep -hiE -m 20 -B 2 "error|traceback|exception" "$1"/logs/*.log 2>/dev/null | tail -n 40

@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from harness.analysis import metrics
+from harness.analysis.measurement import measure
 from harness.analysis.schema import RequestRecord, ServerRecord
 
 
@@ -61,6 +62,30 @@ def test_warmup_and_failures():
     assert metrics.measured(REQUESTS)["index"].tolist() == [0, 1, 2, 4, 5]
     assert metrics.failed(REQUESTS) == 2  # the warmup request does not count
     assert metrics.completed(REQUESTS)["index"].tolist() == [0, 1, 2]
+
+
+def test_a_request_an_interruption_cut_is_neither_completed_nor_failed():
+    """A guard's SIGTERM cut 16 requests in flight (session 15): they read "failed requests
+    16" and pointed at the server. They are counted apart (`cut`), as warmup is."""
+    rows = frame(
+        [
+            request(0, [0.5, 1.0]),
+            request(1, [1.1], status=200, error="interrupted"),  # cut mid-stream
+            request(2, [], status=0, error="interrupted"),  # cut before its headers
+            request(3, [], status=0, error="interrupted", warmup=True),
+            request(4, [], status=503, error="HTTP 503"),
+        ]
+    )
+    assert (metrics.failed(rows), metrics.cut(rows)) == (1, 2)
+    assert metrics.completed(rows)["index"].tolist() == [0]
+    assert (metrics.failed(REQUESTS), metrics.cut(REQUESTS)) == (2, 0)
+    result = measure(rows, None, frame([server()]), "main", {})
+    assert result.failed == 1
+    assert "1 failed requests: see status/error in requests" in result.doubts
+    assert (
+        "2 requests cut in flight by the interruption: not completed, not counted as failed"
+        in result.doubts
+    )
 
 
 def test_steady_tok_per_s_counts_arrivals_of_completed_requests_in_the_window():

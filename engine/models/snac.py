@@ -118,18 +118,14 @@ class ResidualUnit(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.fused and x.is_cuda:
-            snake1, conv, snake2, pointwise = self.block
-            y = _triton_snac().residual_snake_conv(
-                x,
-                snake1.alpha,
-                conv.weight,
-                conv.bias,
-                snake2.alpha,
-                conv.dilation[0],
-                approx=self.approx,
-            )
-            return x + pointwise(y)
+            return x + self.block[3](self._snake_conv(x))
         return x + self.block(x)
+
+    def _snake_conv(self, x: torch.Tensor, shift: torch.Tensor | None = None) -> torch.Tensor:
+        """The unit's Snake -> depthwise conv -> Snake on `x + shift`: one Triton kernel."""
+        snake1, conv, snake2, _ = self.block
+        weights = (snake1.alpha, conv.weight, conv.bias, snake2.alpha, conv.dilation[0])
+        return _triton_snac().residual_snake_conv(x, *weights, shift, approx=self.approx)
 
     def folded(
         self, x: torch.Tensor, shift: torch.Tensor | None
@@ -138,17 +134,8 @@ class ResidualUnit(nn.Module):
         folded` runs it: x + shift + pointwise(y) is returned as x, updated in place by one
         batched GEMM (x += W y), and the shift to add to it, shift + the 1x1 conv's bias. The
         caller owns x: no one else may hold it."""
-        snake1, conv, snake2, pointwise = self.block
-        y = _triton_snac().residual_snake_conv(
-            x,
-            snake1.alpha,
-            conv.weight,
-            conv.bias,
-            snake2.alpha,
-            conv.dilation[0],
-            shift,
-            approx=self.approx,
-        )
+        pointwise = self.block[3]
+        y = self._snake_conv(x, shift)
         x.baddbmm_(pointwise.weight[..., 0].expand(x.shape[0], -1, -1), y)
         bias = pointwise.bias.float()
         return x, bias if shift is None else shift + bias

@@ -137,6 +137,11 @@ def doubts(
     out = []
     if result.failed:
         out.append(f"{result.failed} failed requests: see status/error in requests")
+    if cut := metrics.cut(requests) if len(requests) else 0:
+        out.append(
+            f"{cut} requests cut in flight by the interruption: not completed, not counted"
+            " as failed"
+        )
     for s in servers.itertuples(index=False):
         if not s.healthy or s.error:
             out.append(f"server {s.server}: {s.error or 'never healthy'}; see {s.log}")

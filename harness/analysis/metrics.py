@@ -68,9 +68,22 @@ def ok(requests: pd.DataFrame) -> pd.Series:
     return (requests["status"] == 200) & requests["error"].isna()
 
 
+# A request's error when an interruption (Ctrl-C, a guard's SIGTERM, a stopped load) cut it
+# in flight (harness/measure/lanes.py): the client's doing, not the server's failure.
+CUT = "interrupted"
+
+
+def cut(requests: pd.DataFrame) -> int:
+    """Measured requests an interruption cut in flight: neither completed nor failed."""
+    return int((measured(requests)["error"] == CUT).sum())
+
+
 def failed(requests: pd.DataFrame) -> int:
-    """Measured requests that did not succeed (non-200, no response, or an error)."""
-    return int((~ok(measured(requests))).sum())
+    """Measured requests that did not succeed (non-200, no response, or an error), less those
+    an interruption cut (`cut`): a server that was working when the run was stopped has not
+    failed them."""
+    rows = measured(requests)
+    return int((~ok(rows) & (rows["error"] != CUT)).sum())
 
 
 def completed(requests: pd.DataFrame) -> pd.DataFrame:
