@@ -111,7 +111,9 @@ class EngineConfig:
     # one kernel), "fused" (that, and each residual unit's Snake -> depthwise conv -> Snake
     # one kernel) or "folded" (that, and each unit's 1x1 conv one GEMM adding into the unit's
     # input in place, its bias handed on to the next kernel: 24 elementwise kernels fewer a
-    # decode; engine/models/snac.py). Captured by the codec graphs like the rest. "torch"
+    # decode; engine/models/snac.py) or "folded_noise" (that, and each block's noise block one
+    # kernel and a GEMM into x, its transposed conv's bias handed on too; not yet run on a
+    # GPU). Captured by the codec graphs like the rest. "torch"
     # until measured on a GPU (Orpheus 3b runs "folded" since session 15, scenarios/orpheus.yaml).
     codec_kernels: str = "torch"
     # The sines of those Triton kernels (engine/kernels/triton_snac.py): "exact" (libdevice's

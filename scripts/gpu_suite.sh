@@ -290,15 +290,19 @@ for stage in "${stages[@]}"; do
       timeout 90 python3 -m benchmarks.bench_codec --kernels fused folded --windows 16 64 \
         --repeats 20 --profile "$OUT/codec_folded_profile.txt" 2>&1 | grep -v "^USDT" \
         | tee "$OUT/bench_codec.log" ;;
-    codec_sine)  # engine.codec_sine approx (the SFU's sine in the codec's Triton kernels): its
-      # GPU tests (tiny fp32 against torch, eager and on the codec graphs; 3b bf16 against
-      # fp32), then the 3b codec step on folded, exact vs approx sines, at 16 and 64 windows,
-      # eager and on graphs, profiled at 64 (~2.5 minutes)
-      timeout 100 python3 -m pytest -m gpu -q -rA -s tests/test_gpu.py \
-        -k "codec_kernels and approx" 2>&1 | tail -n 8 | tee "$OUT/codec_sine_tests.log"
-      timeout 90 python3 -m benchmarks.bench_codec --kernels folded --sines exact approx \
-        --windows 16 64 --repeats 20 --profile "$OUT/codec_sine_profile.txt" 2>&1 \
-        | grep -v "^USDT" | tee "$OUT/bench_codec_sine.log" ;;
+    codec_next)  # engine.codec_sine approx (the SFU's sine in the codec's Triton kernels) and
+      # engine.codec_kernels folded_noise (the noise blocks and transposed convs' biases
+      # folded too): their GPU tests (tiny fp32 against torch, eager and on the codec graphs;
+      # 3b bf16 against fp32), then the 3b codec step on folded and folded_noise, each with
+      # exact and approx sines, at 16 and 64 windows, eager and on graphs, profiled at 64
+      # (~3 minutes)
+      timeout 120 python3 -m pytest -m gpu -q -rA -s tests/test_gpu.py \
+        -k "codec_kernels and (approx or folded_noise)" 2>&1 | tail -n 12 \
+        | tee "$OUT/codec_next_tests.log"
+      timeout 150 python3 -m benchmarks.bench_codec --kernels folded folded_noise \
+        --sines exact approx --windows 16 64 --repeats 20 \
+        --profile "$OUT/codec_next_profile.txt" 2>&1 | grep -v "^USDT" \
+        | tee "$OUT/bench_codec_next.log" ;;
     gemm)  # engine.dense_kernel (our GEMM for few rows, engine/kernels/triton_gemm.py): each
       # real shape torch vs ours (bench_gemm, no model built), then the 0.8b decode step at
       # batch 64 with graphs both ways, profiled (the GPU's busy time a step), then its GPU

@@ -524,7 +524,7 @@ def test_a_codec_overlap_step_does_not_wait_for_its_device_work():
 
 # engine.codec_kernels settings on CUDA, and "folded+approx": folded with engine.codec_sine
 # approx (the hardware's sine)
-CODEC_SETTINGS = ["snake", "fused", "folded", "folded+approx"]
+CODEC_SETTINGS = ["snake", "fused", "folded", "folded_noise", "folded+approx"]
 
 
 def _codec(preset: str, dtype: str, kernels: str):

@@ -33,7 +33,7 @@ def test_every_triton_kernel_compiles_for_sm90(dtype):
         "_store_kv_kernel", "_conv_kernel", "_conv_state_kernel", "_conv_decode_kernel",
         "_gdn_recurrent_kernel",
         "_gdn_chunked_kernel", "_gdn_prepare_kernel", "_gdn_states_kernel", "_gdn_outputs_kernel",
-        "_snake_kernel", "_residual_snake_conv_kernel",
+        "_snake_kernel", "_residual_snake_conv_kernel", "_shift_scale_kernel",
         "_argmax_parts_kernel", "_argmax_pick_kernel", "_decode_kernel", "_merge_kernel",
     }  # fmt: skip
     assert compiled == wanted

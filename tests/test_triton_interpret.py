@@ -435,6 +435,13 @@ for b, c, t in ((2, 5, 37), (1, 3, 600)):
             got = triton_snac.residual_snake_conv(x, s1.alpha, conv.weight, conv.bias, s2.alpha, d, shift)
             want = unit.block[:3](x + shift[:, None])
         report[f"shift-unit-d{d}-{b}x{c}x{t}"] = errors(got, want, want)
+    # a folded noise block's input (engine.codec_kernels folded_noise), with a shift and without
+    noise = torch.randn(1, 1, t)
+    want = (x + shift[:, None]) * noise
+    report[f"shift-scale-{b}x{c}x{t}"] = errors(triton_snac.shift_scale(x, shift, noise), want, want)
+    report[f"shift-scale-none-{b}x{c}x{t}"] = errors(
+        triton_snac.shift_scale(x, None, noise), x * noise, x * noise
+    )
 print(json.dumps(report))
 """
 
@@ -448,12 +455,12 @@ import torch
 from engine.kernels import triton_snac
 from engine.models import snac
 
-calls = {"snake": 0, "residual_snake_conv": 0}
+calls = {"snake": 0, "residual_snake_conv": 0, "shift_scale": 0}
 for name in calls:
-    def counted(*args, approx, _kernel=getattr(triton_snac, name), _name=name):
-        assert approx is False  # engine.codec_sine exact: the interpreter has no SFU sine
+    def counted(*args, _kernel=getattr(triton_snac, name), _name=name, **options):
+        assert not options.get("approx")  # engine.codec_sine exact: the interpreter has no SFU sine
         calls[_name] += 1
-        return _kernel(*args, approx=approx)
+        return _kernel(*args, **options)
     setattr(triton_snac, name, counted)
 torch.Tensor.is_cuda = property(lambda self: True)
 config = snac.SnacConfig(latent_dim=8, decoder_dim=16, latent_steps=4)
@@ -477,8 +484,8 @@ gen = torch.Generator().manual_seed(0)
 codes = [torch.randint(0, 4096, (2, 4 // s), generator=gen) for s in config.vq_strides]
 want = network("torch").decode(codes)
 report = {}
-for kernels in ("snake", "fused", "folded"):
-    calls.update(snake=0, residual_snake_conv=0)
+for kernels in ("snake", "fused", "folded", "folded_noise"):
+    calls.update(snake=0, residual_snake_conv=0, shift_scale=0)
     got = network(kernels).decode(codes)
     report[kernels] = {"err": (got - want).abs().max().item(), "calls": dict(calls)}
 print(json.dumps(report))
@@ -492,7 +499,7 @@ def test_snac_kernels_in_the_interpreter_equal_the_reference():
     reference, rounding after every op, is up to 0.04 off on the units. (One ulp, not half:
     the interpreter's fp32 -> bf16 conversion truncates, where the GPU's rounds to nearest.)"""
     report = _interpret(SNAC_CHECK)
-    assert len(report) == 2 * (4 + 3 * 3) + 2 * (1 + 2), sorted(report)
+    assert len(report) == 2 * (4 + 3 * 3) + 2 * (1 + 2 + 2), sorted(report)
     for name, result in report.items():
         assert result["shape"], name
         if "fp32" in name or name.startswith("shift"):
@@ -507,12 +514,17 @@ def test_snac_decoder_dispatches_its_kernels_and_decodes_as_the_reference():
     every Snake (4 per block's units x 2 + 1 per block + the last: 29) on the Snake kernel, or
     each of the 12 residual units on the fused kernel and the other 5 Snakes on the Snake
     kernel (folded: the units' 1x1 convs adding into their inputs in place, their biases
-    handed on to the next kernel); the decoded audio equals the reference network's to float
-    rounding (the biases are redrawn nonzero: a bias folded wrong or dropped shows)."""
+    handed on to the next kernel; folded_noise: each block's noise block too, on the
+    shift-scale kernel and a GEMM, its transposed conv's bias handed on); the decoded audio
+    equals the reference network's to float rounding (the biases are redrawn nonzero and the
+    noise is drawn: a bias folded wrong or dropped, or a noise applied wrong, shows)."""
     report = _interpret(SNAC_DECODER_CHECK)
-    assert report["snake"]["calls"] == {"snake": 29, "residual_snake_conv": 0}
-    assert report["fused"]["calls"] == {"snake": 5, "residual_snake_conv": 12}
-    assert report["folded"]["calls"] == {"snake": 5, "residual_snake_conv": 12}
+    units = {"snake": 5, "residual_snake_conv": 12, "shift_scale": 0}
+    assert report["snake"]["calls"] == {"snake": 29, "residual_snake_conv": 0, "shift_scale": 0}
+    assert report["fused"]["calls"] == units
+    assert report["folded"]["calls"] == units
+    # folded_noise: each block's noise block on the kernel too, its transposed conv's bias handed on
+    assert report["folded_noise"]["calls"] == units | {"shift_scale": 4}
     for kernels, result in report.items():
         assert result["err"] < 1e-5, (kernels, result)
 

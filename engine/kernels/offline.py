@@ -202,6 +202,10 @@ def _run_codec_wrappers(dtype: torch.dtype) -> None:
         triton_snac.snake(x, torch.ones(1, channels, 1, dtype=dtype), torch.zeros(channels))
         # engine.codec_sine approx: the hardware's sine
         triton_snac.snake(x, torch.ones(1, channels, 1, dtype=dtype), approx=True)
+        # engine.codec_kernels folded_noise: a noise block's input, with a shift and without
+        noise = torch.zeros(1, 1, steps, dtype=dtype)
+        triton_snac.shift_scale(x, torch.zeros(channels), noise)
+        triton_snac.shift_scale(x, None, noise)
     for channels, steps, dilations in ((512, 128, (1, 3, 9)), (64, 8192, (9,))):
         x = torch.zeros(windows, channels, steps, dtype=dtype)
         alpha = torch.ones(1, channels, 1, dtype=dtype)

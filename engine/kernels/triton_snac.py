@@ -8,15 +8,19 @@ it. Here:
 - `snake`: one pass, read once, written once.
 - `residual_snake_conv`: a residual unit's Snake -> depthwise conv (k = 7, dilation d, zero
   padding, bias) -> Snake in one pass: each output reads its 7 taps of x, applies the first
-  Snake to each (recomputed per tap: sines are cheaper than a round trip to memory), sums
+  Snake to each (recomputed per tap: 8 sines an output, which bound the kernel on the H200
+  with libdevice's sinf; `engine.codec_sine: approx` makes each one SFU instruction), sums
   them with the channel's weights and bias and applies the second Snake. The unit's 1x1 conv
-  and its residual add stay torch.
+  and its residual add stay torch (a GEMM; with `folded`, one adding into x in place).
+- `shift_scale`: (x + bias) * noise, a folded noise block's input to its 1x1 conv
+  (`engine.codec_kernels: folded_noise`).
 
-Both can add a per-channel bias to x as they read it (`bias_in`, fp32 math): with
+All can add a per-channel bias to x as they read it (`bias_in`, fp32 math): with
 `engine.codec_kernels: folded` the residual units leave their 1x1 convs' biases out of the
-activations and hand them on to the next kernel that reads them (engine/models/snac.py).
+activations and hand them on to the next kernel that reads them (engine/models/snac.py); with
+`folded_noise` the transposed convs' biases too, through the noise blocks.
 
-Both take [B, C, T] activations (made contiguous: the codec's are) and per-channel parameters,
+All take [B, C, T] activations (made contiguous: the codec's are) and per-channel parameters,
 compute in fp32 and round once, to the activations' dtype, on the store (the bf16 reference
 rounds after every op, so in bf16 these are closer to the fp32 model than the reference is).
 Every program works within one (batch row, channel) row, so a batch decodes each row as it
@@ -92,6 +96,20 @@ def _residual_snake_conv_kernel(
     tl.store(OUT + base + t, out.to(OUT.dtype.element_ty), mask=t < T)
 
 
+@bound
+@triton.jit
+def _shift_scale_kernel(X, OUT, BIAS_IN, NOISE, C, T, BLOCK: tl.constexpr):
+    row = tl.program_id(0)  # batch row * C + channel
+    t = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    mask = t < T
+    offsets = row.to(tl.int64) * T + t
+    x = tl.load(X + offsets, mask=mask, other=0.0).to(tl.float32)
+    if BIAS_IN is not None:
+        x += tl.load(BIAS_IN + row % C).to(tl.float32)
+    y = x * tl.load(NOISE + t, mask=mask, other=0.0).to(tl.float32)
+    tl.store(OUT + offsets, y.to(OUT.dtype.element_ty), mask=mask)
+
+
 def _grid(x: torch.Tensor, most: int) -> tuple[tuple[int, int], int]:
     """A program per (batch row, channel) and block of time steps; the block is `most` steps
     or the row's length, rounded up to a power of 2."""
@@ -138,5 +156,19 @@ def residual_snake_conv(
         _residual_snake_conv_kernel[grid](
             x, out, alpha1, weight, bias, alpha2, bias_in, x.shape[1], x.shape[2],
             DILATION=dilation, K=weight.shape[-1], BLOCK=block, APPROX=approx,
+        )  # fmt: skip
+    return out
+
+
+def shift_scale(x: torch.Tensor, bias_in: torch.Tensor | None, noise: torch.Tensor) -> torch.Tensor:
+    """(x + bias_in) * noise: x [B, C, T], bias_in per channel ([C], fp32; None: 0), noise
+    per step ([1, 1, T] or [T], a noise block's drawn noise): a folded noise block's input to
+    its 1x1 conv (engine.codec_kernels folded_noise). Returns a new [B, C, T] in x's dtype."""
+    x = x.contiguous()
+    out = torch.empty_like(x)
+    if x.numel():
+        grid, block = _grid(x, SNAKE_BLOCK)
+        _shift_scale_kernel[grid](
+            x, out, bias_in, noise.reshape(-1), x.shape[1], x.shape[2], BLOCK=block
         )  # fmt: skip
     return out

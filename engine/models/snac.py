@@ -17,8 +17,12 @@ Triton kernel each (`snake`), and each residual unit's Snake -> depthwise conv -
 residual unit's 1x1 conv one GEMM that adds its product into the unit's input in place (the
 residual add as the GEMM's accumulator) and leaves its bias out, handed on as a per-channel
 shift that the next kernel to read the activations adds (the next unit's, or the next Snake's;
-the shifts of a block's units add up). The torch expressions here are the reference and what a
-CPU runs whatever the setting.
+the shifts of a block's units add up). `folded_noise` is `folded` with each block's noise block
+folded too: its transposed conv runs without its bias, which becomes the block's first shift,
+and the noise block, x + noise * W x on x + shift, is one kernel making (x + shift) * noise and
+one GEMM adding W times that into x in place (the noise is one value a step, so it commutes
+with the 1x1 conv). The torch expressions here are the reference and what a CPU runs whatever
+the setting.
 """
 
 from __future__ import annotations
@@ -34,8 +38,10 @@ from engine.models.random_weights import on_meta, random_model, seeded
 
 # engine.codec_kernels: the torch reference; each Snake one Triton kernel; and each residual
 # unit's Snake -> depthwise conv -> Snake one kernel too; and the units' 1x1 convs with their
-# residual adds and biases folded (the module docstring). CUDA tensors only.
-CODEC_KERNELS = ("torch", "snake", "fused", "folded")
+# residual adds and biases folded (the module docstring); and each block's noise block and
+# its transposed conv's bias folded as well. CUDA tensors only.
+CODEC_KERNELS = ("torch", "snake", "fused", "folded", "folded_noise")
+FOLDED = ("folded", "folded_noise")
 # engine.codec_sine: the sines of those Triton kernels, libdevice's sinf ("exact", correctly
 # reduced for any argument) or the hardware's sin.approx ("approx": one SFU op, ~2^-21
 # absolute error on the O(1) arguments of the codec, far below bf16's rounding).
@@ -113,7 +119,7 @@ class ResidualUnit(nn.Module):
             Snake1d(dim, kernels, sine),
             nn.Conv1d(dim, dim, 1),
         )
-        self.fused = kernels in ("fused", "folded") and groups == dim
+        self.fused = kernels in ("fused", *FOLDED) and groups == dim
         self.approx = sine == "approx"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -152,6 +158,26 @@ class NoiseBlock(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x + self.noise * self.linear(x)
 
+    def folded(
+        self, x: torch.Tensor, shift: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The block on `x + shift` (shift [C] fp32, or None: 0), as `engine.codec_kernels:
+        folded_noise` runs it: noise * linear(x + shift) = linear((x + shift) * noise), the
+        noise being one value a step, so x += W ((x + shift) * noise), one Triton kernel and one
+        batched GEMM adding into x in place; the shift is still x's to add, returned as it
+        came. The caller owns x."""
+        y = _triton_snac().shift_scale(x, shift, self.noise)
+        x.baddbmm_(self.linear.weight[..., 0].expand(x.shape[0], -1, -1), y)
+        return x, shift
+
+
+def _transposed_conv(conv: nn.ConvTranspose1d, x: torch.Tensor) -> torch.Tensor:
+    """`conv` on x without its bias (a fresh tensor)."""
+    return torch.nn.functional.conv_transpose1d(
+        x, conv.weight, None, conv.stride, conv.padding, conv.output_padding, conv.groups,
+        conv.dilation,
+    )  # fmt: skip
+
 
 class DecoderBlock(nn.Module):
     def __init__(
@@ -159,6 +185,7 @@ class DecoderBlock(nn.Module):
         kernels: str, sine: str = "exact",
     ):  # fmt: skip
         super().__init__()
+        self.fold_noise = kernels == "folded_noise" and noise_steps is not None
         layers: list[nn.Module] = [
             Snake1d(in_dim, kernels, sine),
             nn.ConvTranspose1d(
@@ -178,12 +205,17 @@ class DecoderBlock(nn.Module):
         self, x: torch.Tensor, shift: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The block on `x + shift` (the last block's units' biases, per channel; None: 0), its
-        units folded (ResidualUnit.folded): returns x and the shift still to add to it."""
+        units folded (ResidualUnit.folded), and with `folded_noise` its noise block too
+        (NoiseBlock.folded), the transposed conv's bias then handed on with the units':
+        returns x and the shift still to add to it."""
         snake, upsample, *rest = self.block
-        x = upsample(_triton_snac().snake(x, snake.alpha, shift, approx=snake.approx))
-        shift = None
+        x = _triton_snac().snake(x, snake.alpha, shift, approx=snake.approx)
+        if self.fold_noise:  # the upsampled x without its bias, which becomes the shift
+            x, shift = _transposed_conv(upsample, x), upsample.bias.float()
+        else:
+            x, shift = upsample(x), None
         for layer in rest:
-            if isinstance(layer, ResidualUnit):
+            if isinstance(layer, ResidualUnit) or self.fold_noise:
                 x, shift = layer.folded(x, shift)
             else:  # the noise block, before the units
                 if shift is not None:
@@ -216,7 +248,7 @@ class Decoder(nn.Module):
             Snake1d(out_dim, kernels, sine), nn.Conv1d(out_dim, 1, 7, padding=3), nn.Tanh()
         ]  # fmt: skip
         self.model = nn.Sequential(*layers)
-        self.folded = kernels == "folded" and c.depthwise
+        self.folded = kernels in FOLDED and c.depthwise
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not (self.folded and x.is_cuda):
