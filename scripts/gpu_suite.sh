@@ -380,7 +380,7 @@ for stage in "${stages[@]}"; do
         timeout 300 python3 -m harness measure "${FIGURES_SCENARIO:-qwen35}" -c "$c" \
           --requests $((4 * c)) --warmup "$c" --out "$run" > "$run.log" 2>&1
         { head -n 24 "$run.log"; grep -E "^doubt|^interrupted" "$run.log"
-          grep -h "warmup:" "$run"/logs/*.log 2>/dev/null | cut -c 1-120
+          grep -h "warmup:" "$run"/logs/*.log 2>/dev/null | cut -c 12-170
           failures "$run"; } | tee -a "$OUT/figures.log"
       done ;;
     decode_attn|decode_attn_3b|decode_tests)  # engine.decode_attention triton (our split kernel)

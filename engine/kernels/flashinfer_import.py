@@ -18,6 +18,7 @@ FlashInfer's sources wants ninja's rebuild.
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Any
 
@@ -48,11 +49,18 @@ def trust_built(spec_class: type) -> None:
 
 def flashinfer():
     """The `flashinfer` module (whatever sys.modules holds: tests put a stand-in there), its
-    JIT cache trusted when BENCH_FLASHINFER_PREBUILT=1 (patched once: `trust_built`)."""
+    JIT cache trusted when BENCH_FLASHINFER_PREBUILT=1. Cheap after the first call for a
+    module (the sampler asks on every sampled step)."""
     import flashinfer as module
 
+    _prepare(module)
+    return module
+
+
+@functools.cache
+def _prepare(module) -> None:
+    """Once a module: read the variable and patch its JitSpecNvcc (`trust_built`)."""
     if flashinfer_prebuilt():
         from flashinfer.jit import core
 
         trust_built(core.JitSpecNvcc)
-    return module

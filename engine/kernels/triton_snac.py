@@ -86,9 +86,8 @@ def _residual_snake_conv_kernel(
         src = t + (j - K // 2) * DILATION
         inside = (src >= 0) & (src < T)
         x = tl.load(X + base + src, mask=inside, other=0.0).to(tl.float32) + shift
-        y = tl.where(
-            inside, _snake(x, alpha1, inv1, APPROX), 0.0
-        )  # zero padding of the conv's input
+        # zero padding of the conv's input
+        y = tl.where(inside, _snake(x, alpha1, inv1, APPROX), 0.0)
         acc += tl.load(W + channel * K + j).to(tl.float32) * y
     acc += tl.load(BIAS + channel).to(tl.float32)
     alpha2 = tl.load(ALPHA2 + channel).to(tl.float32)
