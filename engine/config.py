@@ -113,14 +113,15 @@ class EngineConfig:
     # input in place, its bias handed on to the next kernel: 24 elementwise kernels fewer a
     # decode; engine/models/snac.py) or "folded_noise" (that, and each block's noise block one
     # kernel and a GEMM into x, its transposed conv's bias handed on too; not yet run on a
-    # GPU). Captured by the codec graphs like the rest. "torch"
-    # until measured on a GPU (Orpheus 3b runs "folded" since session 15, scenarios/orpheus.yaml).
+    # GPU). Captured by the codec graphs like the rest. "torch" until measured on a GPU
+    # (Orpheus 3b runs "folded" since session 15, scenarios/orpheus.yaml).
     codec_kernels: str = "torch"
     # The sines of those Triton kernels (engine/kernels/triton_snac.py): "exact" (libdevice's
     # sinf, ~40 instructions and a local-memory stack frame) or "approx" (the SFU's
     # sin.approx.f32, ~2^-21 absolute error at the codec's O(1) arguments, far under bf16's
-    # rounding). The fused unit recomputes 7 sines an output; its kernel is ~58% of the 3b
-    # codec step on graphs (session 15's profile). "exact" until measured on a GPU.
+    # rounding). The fused unit computes 8 sines an output (7 taps, then its second Snake);
+    # its kernel is ~58% of the 3b codec step on graphs (session 15's profile). "exact" until
+    # measured on a GPU.
     codec_sine: str = "exact"
     # The dense projections of a step on the CUDA kernels (engine/kernels/triton_gemm.py):
     # "torch" (cuBLAS through torch), "triton" (ours for steps of up to 128 rows in bf16/fp16,

@@ -3,8 +3,8 @@
 #   bash scripts/gpu_suite.sh STAGE...  STAGE: tests | models | quick | step | prefill | options |
 #   mixed | splitstep | splittune | stacks | accuracy | gdn | gdncap | gdnbench | run | evidence |
 #   orpheus | orpheus_step | orpheus_iter | masked | statesteps | figures | decode_attn |
-#   decode_attn_3b | decode_tests | codec | codec_folded | codec_overlap | codec_kernels | gemm |
-#   launch | kept | recurrent | all
+#   decode_attn_3b | decode_tests | codec | codec_folded | codec_next | codec_overlap |
+#   codec_kernels | gemm | launch | kept | recurrent | all
 # with carry [".whl", ".jitcache"]. Logs go under $OUT (default ./gpu-out). JIT caches
 # (FlashInfer, Triton) are restored from .jitcache/ when present and saved to $OUT/jit-*.
 set -uo pipefail

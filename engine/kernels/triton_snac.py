@@ -51,17 +51,25 @@ def _snake(x, alpha, inv_alpha, APPROX: tl.constexpr):
     return x + inv_alpha * (s * s)
 
 
-@bound
 @triton.jit
-def _snake_kernel(X, OUT, ALPHA, BIAS_IN, C, T, BLOCK: tl.constexpr, APPROX: tl.constexpr):
-    row = tl.program_id(0)  # batch row * C + channel
+def _shifted_block(X, BIAS_IN, C, T, BLOCK: tl.constexpr):
+    """This program's block of its row (program 0: batch row * C + channel; 1: the block of
+    steps): x + bias_in in fp32 (bias_in None: x), its steps, their mask and offsets."""
+    row = tl.program_id(0)
     t = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = t < T
-    alpha = tl.load(ALPHA + row % C).to(tl.float32)
     offsets = row.to(tl.int64) * T + t
     x = tl.load(X + offsets, mask=mask, other=0.0).to(tl.float32)
     if BIAS_IN is not None:
         x += tl.load(BIAS_IN + row % C).to(tl.float32)
+    return x, t, mask, offsets
+
+
+@bound
+@triton.jit
+def _snake_kernel(X, OUT, ALPHA, BIAS_IN, C, T, BLOCK: tl.constexpr, APPROX: tl.constexpr):
+    x, _, mask, offsets = _shifted_block(X, BIAS_IN, C, T, BLOCK)
+    alpha = tl.load(ALPHA + tl.program_id(0) % C).to(tl.float32)
     y = _snake(x, alpha, 1.0 / (alpha + 1e-9), APPROX)
     tl.store(OUT + offsets, y.to(OUT.dtype.element_ty), mask=mask)
 
@@ -98,13 +106,7 @@ def _residual_snake_conv_kernel(
 @bound
 @triton.jit
 def _shift_scale_kernel(X, OUT, BIAS_IN, NOISE, C, T, BLOCK: tl.constexpr):
-    row = tl.program_id(0)  # batch row * C + channel
-    t = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-    mask = t < T
-    offsets = row.to(tl.int64) * T + t
-    x = tl.load(X + offsets, mask=mask, other=0.0).to(tl.float32)
-    if BIAS_IN is not None:
-        x += tl.load(BIAS_IN + row % C).to(tl.float32)
+    x, t, mask, offsets = _shifted_block(X, BIAS_IN, C, T, BLOCK)
     y = x * tl.load(NOISE + t, mask=mask, other=0.0).to(tl.float32)
     tl.store(OUT + offsets, y.to(OUT.dtype.element_ty), mask=mask)
 
