@@ -131,9 +131,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(  # engine.triton_launch: Triton's own launch, or the kept kernels'
         "--triton-launch", default="jit", choices=list(TRITON_LAUNCHES)
     )
+    parser.add_argument(  # engine.pdl: our kernels' launches programmatic (Hopper)
+        "--pdl", action=argparse.BooleanOptionalAction, default=False
+    )
     parser.add_argument(  # engine.masked_head: a masked node's logits over its span alone
         "--masked-head", action=argparse.BooleanOptionalAction, default=False
     )
+    parser.add_argument(
+        "--replays", type=int, default=0,
+        help="then time this many back-to-back replays of the batch's decode graph, no host "
+        "work between (CUDA events): the step's device time alone",
+    )  # fmt: skip
     parser.add_argument("--prefill", nargs="*", default=[], metavar="RxL")
     parser.add_argument("--profile", default=None, help="write a profiler table here")
     parser.add_argument(
@@ -152,7 +160,7 @@ def main(argv: list[str] | None = None) -> None:
         gdn_prefill=args.gdn_prefill, gdn_split=args.gdn_split,
         decode_tensor_cores=args.decode_tensor_cores, decode_attention=args.decode_attention,
         state_dtype=args.state_dtype, dense_kernel=args.dense_kernel,
-        triton_launch=args.triton_launch, masked_head=args.masked_head,
+        triton_launch=args.triton_launch, masked_head=args.masked_head, pdl=args.pdl,
         max_rows=args.batch + max((int(p.split("x")[0]) for p in args.prefill), default=0),
     )  # fmt: skip
     for _ in range(args.warmup):
@@ -168,7 +176,7 @@ def main(argv: list[str] | None = None) -> None:
         f"kernels {engine.ops.name}, graphs {engine.graphs is not None}, decode tensor cores "
         f"{args.decode_tensor_cores}, decode attention {args.decode_attention}, state "
         f"{args.state_dtype}, dense {args.dense_kernel}, triton launch {args.triton_launch}, "
-        f"masked head {engine.first_logit > 0}: "
+        f"pdl {args.pdl}, masked head {engine.first_logit > 0}: "
         f"{stats.render(decode)} over "
         f"{decode.n} steps = {args.batch / decode.median * 1e3:,.0f} tok/s{_mask_note(engine)}"
     )
@@ -215,6 +223,32 @@ def main(argv: list[str] | None = None) -> None:
             f"{args.gdn_split}): "
             f"{stats.render(prefill)} over {prefill.n} steps"
         )
+    if args.replays:  # last: the replays leave the batch's state as no real step would
+        times = _replay_times(engine, args.replays)
+        print(
+            f"decode graph replay, batch {args.batch}, pdl {args.pdl}, dense "
+            f"{args.dense_kernel}: {np.median(times) * 1e3:.1f} us a replay (runs "
+            f"{', '.join(f'{t * 1e3:.1f}' for t in times)}; {args.replays} back to back each)"
+        )
+
+
+def _replay_times(engine: Engine, replays: int) -> list[float]:
+    """ms a replay of the next decode step's graph, in 5 runs of `replays` back-to-back replays
+    timed by CUDA events (staged once: each replay reruns the same step's kernels on the state
+    the last one left, which is what a decode step's device time depends on)."""
+    if engine.graphs is None:
+        raise SystemExit("--replays needs --graphs")
+    step = engine.graphs.replay(engine.scheduler.schedule())
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(6):
+        start.record()
+        for _ in range(replays):
+            step.graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / replays)
+    return times[1:]  # the first run warms clocks and caches
 
 
 def _host_by_function(engine, steps: int) -> str:

@@ -142,6 +142,13 @@ class EngineConfig:
     # launch). One setting per worker process; ignored by the torch reference. "jit" until
     # measured on a GPU.
     triton_launch: str = "jit"
+    # Programmatic dependent launch of our Triton kernels of a step (engine/kernels/
+    # triton_launch.py; Hopper's griddepcontrol): each may start its programs while the kernel
+    # before it finishes, waiting on the device before it touches that kernel's data; the
+    # dense GEMM (`dense_kernel: triton`) prefetches its weight into L2 meanwhile. Captured in
+    # the CUDA graphs as programmatic edges. CUDA only (an error on a CPU: the interpreter
+    # has no such instructions). Off until measured on a GPU.
+    pdl: bool = False
     # Resources that stage host data behind a non-blocking copy (the step inputs, FlashInfer's
     # plans) keep two host buffers used in turn; off: one (the staging hazard, for an A/B).
     double_buffer: bool = True
@@ -164,6 +171,8 @@ class EngineConfig:
         split_setting(self.gdn_split)
         check_dense_kernel(self.dense_kernel)
         check_decode_attention(self.decode_attention)
+        if self.pdl and self.device != "cuda":
+            raise ConfigError("engine.pdl needs engine.device: cuda (Hopper's launch control)")
         if self.triton_launch not in TRITON_LAUNCHES:
             raise ConfigError(
                 f"engine.triton_launch must be one of {', '.join(TRITON_LAUNCHES)}, "

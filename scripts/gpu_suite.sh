@@ -4,7 +4,7 @@
 #   mixed | splitstep | splittune | stacks | accuracy | gdn | gdncap | gdnbench | run | evidence |
 #   orpheus | orpheus_step | orpheus_iter | masked | statesteps | figures | decode_attn |
 #   decode_attn_3b | decode_tests | codec | codec_folded | codec_next | codec_overlap |
-#   codec_kernels | gemm | launch | kept | recurrent | all
+#   codec_kernels | gemm | launch | kept | recurrent | pdl_tests | pdl | all
 # with carry [".whl", ".jitcache"]. Logs go under $OUT (default ./gpu-out). JIT caches
 # (FlashInfer, Triton) are restored from .jitcache/ when present and saved to $OUT/jit-*.
 set -uo pipefail
@@ -319,6 +319,22 @@ for stage in "${stages[@]}"; do
       [ $left -gt 60 ] && timeout $left python3 -m pytest -m gpu -q -rA -s \
         tests/test_gpu_kernels.py tests/test_gpu.py -k "skinny or dense_kernel" 2>&1 \
         | tail -n 40 | tee "$OUT/gemm_tests.log" ;;
+    pdl_tests)  # engine.pdl (programmatic dependent launch, engine/kernels/triton_pdl.py): the
+      # mechanism on this GPU (eager and in a graph: an early start seen, the wait ordering),
+      # a decode chain's kernels equal to their plain launches, 0.8b's tokens equal (~2 min)
+      timeout 240 python3 -m pytest -m gpu -v -rA tests/test_gpu_kernels.py tests/test_gpu.py \
+        -k pdl 2>&1 | grep -E "PASSED|FAILED|ERROR|passed|failed|Error|assert" \
+        | tee "$OUT/pdl_tests.log" ;;
+    pdl)  # engine.pdl on 0.8b's decode step at batch 64 (graphs), dense GEMMs torch / ours x
+      # pdl off / on: the step as the engine runs it (median of 50), then 200 back-to-back
+      # replays of its graph (the device time alone, CUDA events). ~40 s a run.
+      for dense in torch triton; do
+        for pdl in no-pdl pdl; do
+          timeout 100 python3 -m benchmarks.bench_gpu_step --batch 64 --context 512 --graphs \
+            --steps 50 --dense-kernel $dense --$pdl --replays 200 2>&1 \
+            | grep -E "decode step|replay|Error|error" | tee -a "$OUT/bench_pdl.log"
+        done
+      done ;;
     recurrent)  # the recurrence's launch (value columns x warps a program) on decode steps of
       # 64 and 128 rows, one layer call (a decode step's largest kernel: 39.6 us a layer)
       timeout 150 python3 -m benchmarks.bench_gdn_kernels --paths --state-dtypes float32 \

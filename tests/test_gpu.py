@@ -155,6 +155,28 @@ def test_08b_engine_with_kept_triton_launches_emits_the_jit_launches_tokens():
     assert kept == jit
 
 
+@pytest.mark.parametrize("dense_kernel", ["torch", "triton"])
+def test_08b_engine_with_pdl_emits_the_plain_launches_tokens(dense_kernel):
+    """engine.pdl on the GPU: 0.8b in bf16, prompts below and above the split kernel's
+    threshold arriving a step apart (prefill, mixed and decode steps; decode and piecewise
+    graphs), the overlapped loop: our kernels launched programmatically emit exactly the tokens
+    of their plain launches (the same kernels and sums; each waits for the kernel before it
+    ahead of any access, so an early start changes nothing but when)."""
+    from engine.kernels import triton_launch
+
+    prompts = [
+        [(13 * i + j) % 240000 + 1 for j in range(n)] for i, n in enumerate([5, 40, 300, 700])
+    ]
+    run = partial(greedy_on, "cuda", "bfloat16", "0.8b", prompts, 24, stagger=True,
+                  mixing=True, overlap=True, dense_kernel=dense_kernel)  # fmt: skip
+    try:
+        plain, _ = run()
+        pdl, _ = run(pdl=True)
+    finally:
+        triton_launch.set_launch("jit")
+    assert pdl == plain
+
+
 @pytest.mark.parametrize("decode_attention", ["flashinfer", "triton"])
 def test_08b_decode_graph_replay_equals_eager_for_every_bucket(decode_attention):
     """Graph replay against the eager step on the same inputs and cache, at row counts that

@@ -507,3 +507,115 @@ def test_skinny_gemm_replays_in_a_cuda_graph():
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(out, triton_gemm.skinny_linear(x, w))
+
+
+# --- programmatic dependent launch (engine.pdl) ----------------------------------------------
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+from triton.language.extra.cuda import gdc_wait  # noqa: E402
+
+from engine.kernels.triton_pdl import pdl_start  # noqa: E402
+
+
+@triton.jit
+def _slow_write_kernel(OUT, spins, PDL: tl.constexpr):
+    """Lets its dependents launch at once (pdl_start), then spins ~milliseconds before it
+    writes 2.0 (the fixed point of a -> a / 2 + 1) over OUT's 1024 zeros."""
+    pdl_start(PDL)
+    acc = tl.zeros([1024], tl.float32)
+    for _ in range(spins):
+        acc = acc * 0.5 + 1.0
+    tl.store(OUT + tl.arange(0, 1024), acc)
+
+
+@triton.jit
+def _copy_kernel(X, OUT, WAIT: tl.constexpr):
+    if WAIT:
+        gdc_wait()
+    offs = tl.arange(0, 1024)
+    tl.store(OUT + offs, tl.load(X + offs))
+
+
+@pytest.mark.parametrize("graph", [False, True], ids=["eager", "graph"])
+def test_pdl_launches_overlap_and_the_wait_orders_them(graph):
+    """engine.pdl's mechanism on this GPU and driver, eagerly and in a CUDA graph (where the
+    launch attribute becomes a programmatic edge): a kernel launched with `launch_pdl` after
+    one that called pdl_start runs while that one still spins, so without `griddepcontrol.wait`
+    it reads the zeros not yet overwritten (the overlap is real: without it, PDL would measure
+    nothing); with the wait it reads every 2.0. The second half is what every PDL kernel of the
+    engine relies on (pdl_start before any access)."""
+    results = {}
+    for wait in (False, True):
+        x = torch.zeros(1024, device=CUDA)
+        out = torch.full((1024,), -1.0, device=CUDA)
+
+        def pair(x=x, out=out, wait=wait):
+            _slow_write_kernel[(1,)](x, 2_000_000, PDL=True, launch_pdl=True)
+            _copy_kernel[(1,)](x, out, WAIT=wait, launch_pdl=True)
+
+        pair()  # compiles both
+        torch.cuda.synchronize()
+        x.zero_()
+        out.fill_(-1.0)
+        if graph:
+            cuda_graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(cuda_graph):
+                pair()
+            x.zero_()
+            out.fill_(-1.0)
+            torch.cuda.synchronize()
+            cuda_graph.replay()
+        else:
+            pair()
+        torch.cuda.synchronize()
+        assert (x == 2.0).all()
+        results[wait] = out.clone()
+    assert (results[True] == 2.0).all()
+    assert (results[False] == 0.0).any(), "no overlap: the second launch waited for the first"
+
+
+@pytest.mark.parametrize("dense_kernel", ["torch", "triton"])
+def test_pdl_kernels_compute_what_plain_launches_do(dense_kernel):
+    """engine.pdl at 0.8b's shapes: each PDL kernel of a decode step launched programmatically
+    after the one before (eagerly and replayed in a CUDA graph) gives exactly the plain
+    launches' result: a norm, the packed GEMMs (ours: their weight prefetch too),
+    SiLU-mul, the split GEMM's sum and the argmax, run as one chain."""
+    from engine.kernels import triton_argmax, triton_gemm, triton_launch
+
+    gen = torch.Generator(device=CUDA).manual_seed(0)
+    rows, hidden = 64, 1024
+    x = torch.randn(rows, hidden, device=CUDA, generator=gen).bfloat16()
+    w_norm = torch.rand(hidden, device=CUDA, generator=gen) + 0.5
+    gate_up = (torch.randn(7168, hidden, device=CUDA, generator=gen) / 32).bfloat16()
+    down = (torch.randn(hidden, 3584, device=CUDA, generator=gen) / 60).bfloat16()
+    head = (torch.randn(248_320, hidden, device=CUDA, generator=gen) / 32).bfloat16()
+    assert triton_gemm.plan(rows, hidden, 3584).split > 1  # the split sum's launch too
+
+    def dense(a, w):
+        if dense_kernel == "triton":
+            return triton_gemm.skinny_linear(a, w)
+        return torch.nn.functional.linear(a, w)
+
+    def chain():
+        normed, _ = triton_norms.rms_norm(x, w_norm, 1e-6)
+        act = triton_norms.silu_mul(dense(normed, gate_up))
+        out, _ = triton_norms.rms_norm(dense(act, down), w_norm, 1e-6)
+        logits = dense(out, head)
+        return act, logits, triton_argmax.argmax(logits)
+
+    try:
+        triton_launch.set_launch("jit", pdl=False)
+        plain = chain()
+        triton_launch.set_launch("jit", pdl=True)
+        eager = chain()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            captured = chain()
+        for buffer in captured:
+            buffer.zero_()
+        graph.replay()
+        torch.cuda.synchronize()
+    finally:
+        triton_launch.set_launch("jit")
+    for a, b, c in zip(plain, eager, captured, strict=True):
+        assert torch.equal(a, b) and torch.equal(a, c)

@@ -142,3 +142,48 @@ def test_the_codecs_approximate_sine_is_one_instruction_and_no_local_memory():
         assert "sin.approx" in ptx and ".local" not in ptx
     for ptx in forms[False]:
         assert "sin.approx" not in ptx and ".local" in ptx
+
+
+# The kernels of a decode step, each launched programmatically under engine.pdl
+PDL_KERNELS = {
+    "_rms_norm_kernel", "_head_norm_rope_kernel", "_gated_norm_kernel", "_silu_mul_kernel",
+    "_store_kv_kernel", "_conv_decode_kernel", "_gdn_recurrent_kernel", "_argmax_parts_kernel",
+    "_argmax_pick_kernel", "_decode_kernel", "_merge_kernel", "_skinny_gemm_kernel",
+    "_split_sum_kernel",
+}  # fmt: skip
+
+
+def test_pdl_kernels_wait_before_anything_else_and_plain_ones_are_unchanged():
+    """engine.pdl (engine/kernels/triton_pdl.py): every kernel of a decode step has the `PDL`
+    parameter, and compiled with it each holds griddepcontrol.launch_dependents and
+    griddepcontrol.wait, the wait before its first global load or store except the dense
+    GEMM's L2 prefetch of its weight (prefetch.global.L2 and nothing else first); compiled
+    without it (the default, every CPU run) none of the three instructions is there."""
+    launches = offline.record_launches(torch.bfloat16) + offline.record_decode_launches()
+    rows = {"_skinny_gemm_kernel": 3, "_split_sum_kernel": 2}  # M's place in the arguments
+    gemms = offline.record_gemm_launches()  # at 64 rows: the decode step measured
+    launches += [g for g in gemms if g.args[rows[g.kernel.fn.__name__]] == 64]
+    with_param = {
+        launch.kernel.fn.__name__ for launch in launches
+        if "PDL" in [p.name for p in launch.kernel.params]
+    }  # fmt: skip
+    assert with_param == PDL_KERNELS
+    distinct = {launch.variant: launch for launch in launches
+                if launch.kernel.fn.__name__ in PDL_KERNELS}  # fmt: skip
+    for launch in distinct.values():
+        name = launch.kernel.fn.__name__
+        plain = offline.compile_launch(launch, specialise=True).asm["ptx"]
+        assert "griddepcontrol" not in plain and "prefetch.global" not in plain, name
+        pdl = launch._replace(constexprs={**launch.constexprs, "PDL": True},
+                              options={**launch.options, "launch_pdl": True})  # fmt: skip
+        ptx = offline.compile_launch(pdl, specialise=True).asm["ptx"]
+        body = ptx[ptx.index(".entry") :]
+        wait = body.index("griddepcontrol.wait")
+        assert body.index("griddepcontrol.launch_dependents") < wait, name
+        first_access = min(
+            (body.find(op) for op in ("ld.global", "st.global", "cp.async", "atom.global")
+             if op in body), default=len(body),
+        )  # fmt: skip
+        assert wait < first_access, name
+        if name == "_skinny_gemm_kernel":
+            assert -1 < body.find("prefetch.global.L2") < wait, name

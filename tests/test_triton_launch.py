@@ -204,3 +204,42 @@ def test_the_setting_is_checked():
     with pytest.raises(ValueError, match="triton_launch must be one of jit, bound"):
         triton_launch.set_launch("fast")
     assert EngineConfig().triton_launch == "jit"
+
+
+class PdlStandIn(StandIn):
+    """A kernel that declares `PDL` (it calls triton_pdl.pdl_start(PDL) first)."""
+
+    def __init__(self):
+        super().__init__()
+        self.params.append(SimpleNamespace(name="PDL", default=False))
+
+
+@pytest.mark.parametrize("kind", ["jit", "bound"])
+def test_pdl_launches_only_the_kernels_that_declare_it_and_only_when_on(kind):
+    """INVARIANTS 62: with engine.pdl on, a kernel with the `PDL` parameter launches with
+    PDL=True and Triton's launch_pdl=True (through Triton's launch and, kept, as its own
+    signature: a runner compiled for it); one without the parameter, and every kernel with the
+    setting off, launches with neither."""
+    x = torch.zeros(8)
+    try:
+        for pdl in (False, True):
+            triton_launch.set_launch(kind, pdl=pdl)
+            declares, plain = PdlStandIn(), StandIn()
+            for kernel in (bound(declares), bound(plain)):
+                kernel[(4,)](x, x, 8, BLOCK=16)
+                kernel[(4,)](x, x, 8, BLOCK=16)
+            jit_kwargs = [c[3] for c in declares.calls if c[0] == "jit"]
+            assert jit_kwargs[0] == ({"BLOCK": 16, "PDL": True, "launch_pdl": True}
+                                     if pdl else {"BLOCK": 16})  # fmt: skip
+            assert all(c[3] == {"BLOCK": 16} for c in plain.calls if c[0] == "jit")
+            if kind == "bound":  # the kept runner gets PDL by position, launch_pdl is compiled
+                kinds, values = [c[0] for c in declares.calls], declares.calls[1][2]
+                assert kinds == ["jit", "runner"] and values == (x, x, 8, 1e-6, 16, False, pdl)
+    finally:
+        triton_launch.set_launch("jit")
+
+
+def test_pdl_is_refused_off_cuda():
+    with pytest.raises(ConfigError, match="engine.pdl needs engine.device: cuda"):
+        EngineConfig(pdl=True)
+    assert EngineConfig(pdl=True, device="cuda").pdl

@@ -48,6 +48,7 @@ def build_ops(
     dense_kernel: str = "torch",
     triton_launch: str = "jit",
     decode_attention: str = "flashinfer",
+    pdl: bool = False,
 ):
     """The ops object a step's ForwardBatch carries for `model` on `device`; `slots` host
     buffers for the resources that declare `force_double_buffer`; `gdn_prefill` names the
@@ -58,7 +59,8 @@ def build_ops(
     `auto` from rows of `gdn_split_from_tokens` new tokens on; `dense_kernel` runs the CUDA
     ops' dense projections on torch's GEMM or ours for few rows (engine.dense_kernel);
     `triton_launch` sets how this process launches its Triton kernels (engine.triton_launch);
-    `decode_attention` names the kernel of decode steps' attention (engine.decode_attention)."""
+    `decode_attention` names the kernel of decode steps' attention (engine.decode_attention);
+    `pdl`: our kernels' launches programmatic (engine.pdl, triton_launch.py)."""
     if gdn_prefill not in GDN_PREFILL:
         raise ConfigError(
             f"engine.gdn_prefill must be one of {', '.join(GDN_PREFILL)}, got {gdn_prefill!r}"
@@ -73,7 +75,7 @@ def build_ops(
     from engine.kernels import triton_launch as launches  # imports triton: CUDA only
     from engine.kernels.cuda_ops import CudaOps
 
-    launches.set_launch(triton_launch)
+    launches.set_launch(triton_launch, pdl)
 
     return CudaOps(
         model, device, page_size, slots, gdn_prefill, decode_tensor_cores, piecewise_gdn, split,

@@ -13,6 +13,7 @@ Needs the `triton` package; nothing here runs a kernel."""
 from __future__ import annotations
 
 import contextlib
+import inspect
 import multiprocessing
 import os
 import subprocess
@@ -338,6 +339,10 @@ def source(kernel, args, constexprs, attrs: dict | None = None) -> ASTSource:
     names = [p.name for p in kernel.params]
     given = dict(zip(names, args, strict=False))
     constexprs = {**constexprs, **{n: None for n, v in given.items() if v is None}}
+    for param in kernel.params:  # a constexpr left to its default (`PDL`, `LINES`)
+        if param.name not in given and param.name not in constexprs:
+            if param.default is not inspect.Parameter.empty:
+                constexprs[param.name] = param.default
     signature = {}
     for name in names:
         value = given.get(name)

@@ -17,6 +17,7 @@ import triton
 import triton.language as tl
 
 from engine.kernels.triton_launch import bound
+from engine.kernels.triton_pdl import pdl_start
 
 SPLIT = 4096  # columns a program reduces
 BLOCK = 1024  # columns a program loads at once
@@ -24,7 +25,11 @@ BLOCK = 1024  # columns a program loads at once
 
 @bound
 @triton.jit
-def _argmax_parts_kernel(X, VAL, IDX, stride_x, n, parts, SPLIT: tl.constexpr, BLOCK: tl.constexpr):
+def _argmax_parts_kernel(
+    X, VAL, IDX, stride_x, n, parts, SPLIT: tl.constexpr, BLOCK: tl.constexpr,
+    PDL: tl.constexpr = False,
+):  # fmt: skip
+    pdl_start(PDL)
     row, part = tl.program_id(0), tl.program_id(1)
     start = part * SPLIT
     best = tl.full([], float("-inf"), tl.float32)
@@ -42,7 +47,8 @@ def _argmax_parts_kernel(X, VAL, IDX, stride_x, n, parts, SPLIT: tl.constexpr, B
 
 @bound
 @triton.jit
-def _argmax_pick_kernel(VAL, IDX, OUT, parts, BLOCK: tl.constexpr):
+def _argmax_pick_kernel(VAL, IDX, OUT, parts, BLOCK: tl.constexpr, PDL: tl.constexpr = False):
+    pdl_start(PDL)
     row = tl.program_id(0)
     p = tl.arange(0, BLOCK)
     live = p < parts

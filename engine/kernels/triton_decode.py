@@ -42,6 +42,7 @@ import triton.language as tl
 
 from engine.kernels.decode_config import DecodeLaunch, decode_splits, launch_for
 from engine.kernels.triton_launch import bound
+from engine.kernels.triton_pdl import pdl_start
 
 MERGE_WARPS = 4  # the merge reads splits x head_dim fp32 a program: a few KiB
 
@@ -53,8 +54,10 @@ def _decode_kernel(
     stride_qr, stride_qh, stride_kp, stride_kt, stride_kh, stride_or, stride_oh, qk_scale,
     GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE: tl.constexpr,
     BLOCK_N: tl.constexpr, SPLITS: tl.constexpr, PRECISION: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):  # fmt: skip
     """Program (row, KV head, split): the group's queries over the split's tokens."""
+    pdl_start(PDL)
     row, kv_head, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     first_page = tl.load(KV_INDPTR + row)
     pages = tl.load(KV_INDPTR + row + 1) - first_page
@@ -116,8 +119,10 @@ def _decode_kernel(
 def _merge_kernel(
     PART_O, PART_LSE, OUT, stride_or, stride_oh,
     HEAD_DIM: tl.constexpr, SPLITS: tl.constexpr, SPLITS_PAD: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):  # fmt: skip
     """Program (row, query head): its splits' outputs weighted by their share of the softmax."""
+    pdl_start(PDL)
     row, head = tl.program_id(0), tl.program_id(1)
     splits = tl.arange(0, SPLITS_PAD)
     part = (row * SPLITS + splits) * tl.num_programs(1) + head

@@ -45,6 +45,7 @@ import triton.language as tl
 from engine.kernels.gdn_config import SPLIT_DEFAULT, SPLIT_FROM_TOKENS, SplitConfig
 from engine.kernels.gdn_tables import chunk_tables, max_chunks, one_token_prefix
 from engine.kernels.triton_launch import bound
+from engine.kernels.triton_pdl import pdl_start
 from engine.layers.sampler import rows_to
 
 
@@ -106,10 +107,11 @@ def _conv_state_kernel(
 @triton.jit
 def _conv_decode_kernel(
     X, W, STATE, OUT, CACHED, SLOTS, stride_xt, C,
-    KW: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_K: tl.constexpr,
+    KW: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr = False,
 ):  # fmt: skip
     """A decode step's conv (one token a row, so token = row) and its state shift, in one
     program per (row, channel block): both read the old window before either is stored."""
+    pdl_start(PDL)
     row = tl.program_id(0)
     cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     cmask = cols < C
@@ -214,8 +216,9 @@ def _gdn_recurrent_kernel(
     QKV, A, B, A_LOG, DT_BIAS, STATE, OUT, CU, CACHED, SLOTS,
     ROW0, ROW_RANGE, stride_t, stride_ab, HK, HV, scale,
     DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr, PERSISTENT: tl.constexpr,
-    ONE_PASS: tl.constexpr,
+    ONE_PASS: tl.constexpr, PDL: tl.constexpr = False,
 ):  # fmt: skip
+    pdl_start(PDL)
     if PERSISTENT:  # a fixed grid narrower than its bound: the programs stride over the rows
         first, end = tl.load(ROW_RANGE), tl.load(ROW_RANGE + 1)
         for row in range(first + tl.program_id(0), end, tl.num_programs(0)):

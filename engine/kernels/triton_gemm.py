@@ -40,6 +40,13 @@ Orpheus 3b (hidden 3072): q|k|v 5120 x 3072 (80 programs, 384 KB each), gate|up 
 24 a 0.8b decode step). A single launch whose last program per tile sums the partials (a
 semaphore) would save it; not done until the GPU says the two-launch form pays.
 
+With programmatic dependent launch (`engine.pdl`, engine/kernels/triton_launch.py) a program
+asks L2 for the head of its weight slice (`prefetch_lines` 128-byte lines of each of its
+BLOCK_N rows, at most PREFETCH_BYTES) before it waits for the kernel before it: the weight
+depends on no earlier kernel, so its first bytes stream while that kernel finishes, and the
+loop then reads them from L2. A GEMM here is ~7-10 us of launch, ramp and latency for ~2-4 us
+of weight traffic (0.8b, 64 rows, session 8): the wait is what the prefetch hides.
+
 x's rows may be strided (a gathered or split view), its last axis contiguous; the weight is
 [N, K] contiguous (a Linear's, a packed buffer's, or a view of its rows). Grids come from the
 shapes only, no host read of a device value: CUDA-graph capturable.
@@ -54,11 +61,14 @@ import triton
 import triton.language as tl
 
 from engine.kernels.triton_launch import bound
+from engine.kernels.triton_pdl import pdl_start
 
 MAX_ROWS = 128  # callers run torch's GEMM above this many rows (prefill steps)
 SMS = 132  # the H200's streaming multiprocessors
 MAX_SPLIT = 8  # partials of at most 8 x M x N fp32 (2 MB at M = 64, N = 1024)
 DTYPES = (torch.bfloat16, torch.float16)
+LINE = 64  # 16-bit values in a 128-byte line
+PREFETCH_BYTES = 128 * 1024  # of weight a program prefetches (PDL): 17 MB over 132 SMs
 
 # The dense GEMMs of a decode step, (N, K), as the CUDA ops run them (packed where packed): the
 # shapes the compile test, the GPU tests and benchmarks/bench_gemm.py take.
@@ -82,6 +92,7 @@ class GemmPlan(NamedTuple):
     split: int  # programs along K (1: no partials, no second launch)
     warps: int
     stages: int
+    prefetch_lines: int = 1  # a power of two: lines of each weight row prefetched (PDL)
 
     def programs(self, n: int) -> int:
         return triton.cdiv(n, self.block_n) * self.split
@@ -109,7 +120,9 @@ def plan(m: int, n: int, k: int, split: int | None = None) -> GemmPlan:
     k_per_split = triton.cdiv(triton.cdiv(k, split), block_k) * block_k
     split = triton.cdiv(k, k_per_split)  # rounding k_per_split up may leave fewer splits
     warps = 4 if block_m * block_n <= 64 * 64 else 8
-    return GemmPlan(block_m, block_n, block_k, k_per_split, split, warps, stages=4)
+    lines = min(k_per_split // LINE, PREFETCH_BYTES // (2 * LINE * block_n))
+    lines = 1 << (lines.bit_length() - 1)  # tl.arange's power of two, rounded down
+    return GemmPlan(block_m, block_n, block_k, k_per_split, split, warps, 4, lines)
 
 
 @bound
@@ -117,10 +130,16 @@ def plan(m: int, n: int, k: int, split: int | None = None) -> GemmPlan:
 def _skinny_gemm_kernel(
     X, W, OUT, M, N, K, stride_xm, stride_wn, stride_om, K_PER_SPLIT,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
+    LINES: tl.constexpr = 1, PDL: tl.constexpr = False,
 ):  # fmt: skip
     """Program (n tile, split): its rows of the tile, fp32 over its K-slice. Without a split it
-    stores in OUT's dtype; with one, fp32 partials at OUT + split * M * N (rows M, stride N)."""
+    stores in OUT's dtype; with one, fp32 partials at OUT + split * M * N (rows M, stride N).
+    With PDL, first LINES lines of each of its weight rows asked of L2 (`_prefetch_l2`)."""
     pid_n, split = tl.program_id(0), tl.program_id(1)
+    if PDL:  # the weight: no earlier kernel writes it, so before the wait
+        _prefetch_l2(W, pid_n * BLOCK_N + tl.arange(0, BLOCK_N), split * K_PER_SPLIT, N, K,
+                     stride_wn, LINES)  # fmt: skip
+    pdl_start(PDL)
     rows = tl.arange(0, BLOCK_M)
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     ks = tl.arange(0, BLOCK_K)
@@ -142,10 +161,26 @@ def _skinny_gemm_kernel(
     tl.store(out, acc.to(OUT.dtype.element_ty), mask=(rows[None, :] < M) & col_ok)
 
 
+@triton.jit
+def _prefetch_l2(W, rows, start, N, K, stride_wn, LINES: tl.constexpr):
+    """`prefetch.global.L2` of LINES 128-byte lines from column `start` of each weight row in
+    `rows`, every address clamped inside the [N, K] weight (a hint: nothing is loaded to a
+    register, nothing waits for it)."""
+    rows = tl.minimum(rows, N - 1).to(tl.int64)
+    ks = tl.minimum(start + tl.arange(0, LINES) * 64, K - 1)  # LINE values a line
+    at = W + rows[:, None] * stride_wn + ks[None, :]
+    tl.inline_asm_elementwise(
+        "prefetch.global.L2 [$1]; // $0", "=r,l", [at], dtype=tl.int32, is_pure=False, pack=1
+    )
+
+
 @bound
 @triton.jit
-def _split_sum_kernel(P, OUT, M, N, stride_om, SPLIT: tl.constexpr, BLOCK: tl.constexpr):
+def _split_sum_kernel(
+    P, OUT, M, N, stride_om, SPLIT: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr = False
+):
     """OUT[r, c] = sum over s of P[s, r, c] (fp32, in split order), rounded once."""
+    pdl_start(PDL)
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < M * N
     acc = tl.zeros((BLOCK,), dtype=tl.float32)
@@ -186,7 +221,7 @@ def skinny_linear(
     _skinny_gemm_kernel[(triton.cdiv(n, p.block_n), p.split)](
         x, weight, target, m, n, k, x.stride(0), weight.stride(0), stride_target, p.k_per_split,
         BLOCK_M=p.block_m, BLOCK_N=p.block_n, BLOCK_K=p.block_k, EVEN_K=k % p.block_k == 0,
-        num_warps=p.warps, num_stages=p.stages,
+        LINES=p.prefetch_lines, num_warps=p.warps, num_stages=p.stages,
     )  # fmt: skip
     if p.split > 1:
         _split_sum_kernel[(triton.cdiv(m * n, SUM_BLOCK),)](

@@ -25,6 +25,20 @@ does only what depends on the call: the signature, one dict lookup, the call of 
 positional ones, and their defaults, depend on the signature alone: they are worked out when
 the kernel is kept. The runner of the last grid is kept too: `compiled[grid]` is a closure over
 the grid alone, which reads the current stream and Triton's hooks at each call.
+
+Programmatic dependent launch (`engine.pdl`, Hopper and later): a kernel with a `PDL`
+constexpr parameter calls `triton_pdl.pdl_start(PDL)` before it reads or writes anything a kernel before
+it may touch. With `PDL_ON` set, every launch of such a kernel passes `PDL=True` and Triton's
+`launch_pdl=True`: the launch carries CUDA's programmatic stream serialisation attribute (in a
+CUDA graph, a programmatic edge), so the GPU may start its programs while the kernel before it
+still runs; `pdl_start` then lets the kernel after it launch early too
+(`griddepcontrol.launch_dependents`) and waits until the kernel before it has finished and its
+writes are visible (`griddepcontrol.wait`). What a program does before that wait must depend
+on nothing an earlier kernel writes (the dense GEMM prefetches its weight slice into L2
+there). A kernel without the parameter launches as ever, and so does every torch, cuBLAS or
+FlashInfer kernel: each waits for the whole of the kernel before it. Without `PDL_ON` the
+constexpr is False and the kernel compiles as it did before (the instructions are Hopper's:
+Triton's interpreter has none, so CPU runs never set it).
 """
 
 from __future__ import annotations
@@ -37,6 +51,8 @@ from torch import Tensor
 from engine.config import TRITON_LAUNCHES
 
 BOUND = False  # set from engine.triton_launch (engine.kernels.build_ops), one per process
+PDL_ON = False  # set from engine.pdl (engine.kernels.build_ops), one per process
+PDL_KEYWORDS = {"PDL": True, "launch_pdl": True}  # a PDL kernel's launch with PDL_ON
 
 
 def bound(kernel):
@@ -63,6 +79,7 @@ class BoundKernel:
         params = getattr(kernel, "params", None) or ()
         self.names = tuple(p.name for p in params)
         self.defaults = tuple(p.default for p in params)  # inspect.Parameter.empty: none
+        self.pdl = "PDL" in self.names  # it calls pdl_start(PDL) first
         self.kept: dict[tuple, Kept] = {}
 
     def __getattr__(self, name: str):  # fn, arg_names, params, ...: the kernel's own
@@ -71,8 +88,14 @@ class BoundKernel:
         return getattr(self.kernel, name)
 
     def __getitem__(self, grid):
+        pdl = PDL_ON and self.pdl
         if not BOUND:
-            return self.kernel[grid]
+            if not pdl:
+                return self.kernel[grid]
+            run = self.kernel[grid]
+            return lambda *args, **kwargs: run(*args, **kwargs, **PDL_KEYWORDS)
+        if pdl:
+            return lambda *args, **kwargs: self.launch(grid, args, kwargs | PDL_KEYWORDS)
         return lambda *args, **kwargs: self.launch(grid, args, kwargs)
 
     def launch(self, grid, args: tuple, kwargs: dict):
@@ -121,9 +144,11 @@ def grid_3d(grid) -> tuple[int, int, int]:
     return (grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1)
 
 
-def set_launch(kind: str) -> None:
-    """`engine.triton_launch`: `jit` (Triton's own launch) or `bound` (this module's)."""
-    global BOUND
+def set_launch(kind: str, pdl: bool = False) -> None:
+    """`engine.triton_launch`: `jit` (Triton's own launch) or `bound` (this module's); `pdl`
+    (`engine.pdl`): the PDL kernels' launches programmatic."""
+    global BOUND, PDL_ON
     if kind not in TRITON_LAUNCHES:
         raise ValueError(f"triton_launch must be one of {', '.join(TRITON_LAUNCHES)}, got {kind!r}")
     BOUND = kind == "bound"
+    PDL_ON = pdl

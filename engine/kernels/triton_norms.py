@@ -15,14 +15,16 @@ import triton
 import triton.language as tl
 
 from engine.kernels.triton_launch import bound
+from engine.kernels.triton_pdl import pdl_start
 
 
 @bound
 @triton.jit
 def _rms_norm_kernel(
     X, R, OUT, ROUT, W, stride_x, stride_r, stride_o, N, eps,
-    HAS_RES: tl.constexpr, BLOCK: tl.constexpr,
+    HAS_RES: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr = False,
 ):  # fmt: skip
+    pdl_start(PDL)
     row = tl.program_id(0)
     cols = tl.arange(0, BLOCK)
     mask = cols < N
@@ -58,8 +60,9 @@ def rms_norm(
 @triton.jit
 def _head_norm_rope_kernel(
     X, OUT, W, COS, SIN, stride_xt, stride_xh, H, D, HALF, eps,
-    HAS_NORM: tl.constexpr, BLOCK: tl.constexpr,
+    HAS_NORM: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr = False,
 ):  # fmt: skip
+    pdl_start(PDL)
     pid = tl.program_id(0)
     t, h = pid // H, pid % H
     cols = tl.arange(0, BLOCK)
@@ -115,7 +118,10 @@ def _heads(x, weight, cos, sin, eps: float) -> torch.Tensor:
 
 @bound
 @triton.jit
-def _gated_norm_kernel(X, Z, OUT, W, stride_zt, H, D, eps, BLOCK: tl.constexpr):
+def _gated_norm_kernel(
+    X, Z, OUT, W, stride_zt, H, D, eps, BLOCK: tl.constexpr, PDL: tl.constexpr = False
+):
+    pdl_start(PDL)
     pid = tl.program_id(0)
     t, h = pid // H, pid % H
     cols = tl.arange(0, BLOCK)
@@ -142,7 +148,8 @@ def gated_norm(x: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, eps: floa
 
 @bound
 @triton.jit
-def _silu_mul_kernel(X, OUT, stride_x, N, BLOCK: tl.constexpr):
+def _silu_mul_kernel(X, OUT, stride_x, N, BLOCK: tl.constexpr, PDL: tl.constexpr = False):
+    pdl_start(PDL)
     row = tl.program_id(0)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = cols < N
@@ -164,7 +171,10 @@ def silu_mul(x: torch.Tensor) -> torch.Tensor:
 
 @bound
 @triton.jit
-def _store_kv_kernel(K, V, KC, VC, SLOT, stride_kt, stride_vt, N, BLOCK: tl.constexpr):
+def _store_kv_kernel(
+    K, V, KC, VC, SLOT, stride_kt, stride_vt, N, BLOCK: tl.constexpr, PDL: tl.constexpr = False
+):
+    pdl_start(PDL)
     t = tl.program_id(0)
     slot = tl.load(SLOT + t).to(tl.int64)
     cols = tl.arange(0, BLOCK)
