@@ -39,7 +39,7 @@ import torch
 
 from benchmarks import device_streams, stats
 from benchmarks.bench_gpu_step import prompt_ids
-from benchmarks.options import positive_int
+from benchmarks.options import LOOPS, LoopSettings, positive_int
 from engine.config import load_scenario
 from engine.messages import AddRequest, StepFrames, encode
 from engine.models import architecture
@@ -49,19 +49,10 @@ from engine.worker.timing import PhaseTimer
 from engine.worker.worker import Worker
 
 BYTES_PER_SAMPLE = 2  # s16le
-LOOPS = {"strict": ("strict",), "overlapped": ("overlapped",), "both": ("strict", "overlapped")}
 
 
 @dataclass(frozen=True)
-class Settings:
-    size: str
-    device: str | None  # None: the size's
-    loop: str  # "strict" | "overlapped"
-    requests: int
-    prompt: int  # tokens, the speech format's markers included
-    warmup: int
-    iterations: int
-    profile_iterations: int = 0  # 0: no profile
+class Settings(LoopSettings):
     codec_graphs: bool | None = None  # None: the scenario's
     codec_overlap: bool | None = None
     masked_head: bool | None = None
@@ -175,24 +166,14 @@ def _run(worker: Worker, sent: Sent, settings: Settings, arch: str) -> Iteration
 
 
 def _profile(worker: Worker, iterations: int) -> Profile:
-    from torch.profiler import ProfilerActivity, profile
-
     cuda = worker.engine.device.type == "cuda"
     labels = {}
     if cuda:
         streams = {"llm (the default stream)": torch.cuda.current_stream()}
         streams |= {f"codec ({s.node.graph.node})": s.cuda_stream for s in worker.stages}
         labels = device_streams.stream_labels(streams)
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    with profile(activities=activities) as prof:
-        start = time.perf_counter()
-        for _ in range(iterations):
-            worker.iteration()
-        wall_us = (time.perf_counter() - start) * 1e6
-    averages = prof.key_averages()
-    keys = ("self_cuda_time_total", "self_cpu_time_total") if cuda else ("self_cpu_time_total",)
-    tables = "\n".join(averages.table(sort_by=key, row_limit=30) for key in keys)
-    return Profile(wall_us, device_streams.device_spans(prof.events()), labels, tables)
+    done = device_streams.profile_calls(worker.iteration, iterations, cuda)
+    return Profile(done.wall_us, done.spans, labels, done.op_tables)
 
 
 # --- figures -----------------------------------------------------------------------------

@@ -43,6 +43,31 @@ class StreamReport:
 
 
 # --- measuring --------------------------------------------------------------------------
+@dataclass
+class Profiled:
+    wall_us: float  # the host's wall time over the profiled calls
+    spans: list[DeviceSpan]  # their device work (none on a CPU)
+    op_tables: str  # the profiler's ops by device time, then by host time (host alone: CPU)
+
+
+def profile_calls(call, times: int, cuda: bool) -> Profiled:
+    """`times` calls of `call` (a worker's iteration) under the torch profiler."""
+    import time
+
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=activities) as prof:
+        start = time.perf_counter()
+        for _ in range(times):
+            call()
+        wall_us = (time.perf_counter() - start) * 1e6
+    averages = prof.key_averages()
+    keys = ("self_cuda_time_total", "self_cpu_time_total") if cuda else ("self_cpu_time_total",)
+    tables = "\n".join(averages.table(sort_by=key, row_limit=30) for key in keys)
+    return Profiled(wall_us, device_spans(prof.events()), tables)
+
+
 def device_spans(events: Iterable) -> list[DeviceSpan]:
     """The device work of a profile's events (kernels, copies, memsets; not annotations)."""
     from torch.autograd import DeviceType

@@ -6,7 +6,25 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Iterable
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
+
+# A worker benchmark's --loop: the worker's loops it runs, a fresh worker each
+LOOPS = {"strict": ("strict",), "overlapped": ("overlapped",), "both": ("strict", "overlapped")}
+
+
+@dataclass(frozen=True)
+class LoopSettings:
+    """One measurement of a worker benchmark (bench_orpheus_iteration, bench_decode_loop):
+    the worker as a size builds it, its loop, and the iterations timed."""
+
+    size: str
+    device: str | None  # None: the size's
+    loop: str  # "strict" | "overlapped"
+    requests: int
+    prompt: int  # tokens (a speech prompt's markers included)
+    warmup: int
+    iterations: int
+    profile_iterations: int = 0  # 0: no profile
 
 
 def positive_int(text: str) -> int:

@@ -112,16 +112,17 @@ class EngineConfig:
     # one kernel) or "folded" (that, and each unit's 1x1 conv one GEMM adding into the unit's
     # input in place, its bias handed on to the next kernel: 24 elementwise kernels fewer a
     # decode; engine/models/snac.py) or "folded_noise" (that, and each block's noise block one
-    # kernel and a GEMM into x, its transposed conv's bias handed on too; not yet run on a
-    # GPU). Captured by the codec graphs like the rest. "torch" until measured on a GPU
-    # (Orpheus 3b runs "folded" since session 15, scenarios/orpheus.yaml).
+    # kernel and a GEMM into x, its transposed conv's bias handed on too). Captured by the
+    # codec graphs like the rest. "torch" here; Orpheus 3b runs "folded_noise" since session
+    # 16 (scenarios/orpheus.yaml; the 64-window step on graphs 5.56 -> 3.30 ms with approx).
     codec_kernels: str = "torch"
     # The sines of those Triton kernels (engine/kernels/triton_snac.py): "exact" (libdevice's
     # sinf, ~40 instructions and a local-memory stack frame) or "approx" (the SFU's
     # sin.approx.f32, ~2^-21 absolute error at the codec's O(1) arguments, far under bf16's
     # rounding). The fused unit computes 8 sines an output (7 taps, then its second Snake);
-    # its kernel is ~58% of the 3b codec step on graphs (session 15's profile). "exact" until
-    # measured on a GPU.
+    # its kernel is ~58% of the 3b codec step on graphs (session 15's profile). "exact" here;
+    # Orpheus 3b runs "approx" since session 16 (+7.1% and +7.4% audio-s/s at c=64 in two
+    # ABBA blocks, docs/evidence/codec_sine*).
     codec_sine: str = "exact"
     # The dense projections of a step on the CUDA kernels (engine/kernels/triton_gemm.py):
     # "torch" (cuBLAS through torch), "triton" (ours for steps of up to 128 rows in bf16/fp16,
@@ -147,7 +148,8 @@ class EngineConfig:
     # before it finishes, waiting on the device before it touches that kernel's data; the
     # dense GEMM (`dense_kernel: triton`) prefetches its weight into L2 meanwhile. Captured in
     # the CUDA graphs as programmatic edges. CUDA only (an error on a CPU: the interpreter
-    # has no such instructions). Off until measured on a GPU.
+    # has no such instructions). Off: on the H200 it took 5.8% off 0.8b's decode graph but
+    # served "no change" at c=64 over 3 ABBA blocks (+0.7%; docs/evidence/pdl, session 16).
     pdl: bool = False
     # Resources that stage host data behind a non-blocking copy (the step inputs, FlashInfer's
     # plans) keep two host buffers used in turn; off: one (the staging hazard, for an A/B).

@@ -4,7 +4,7 @@
 #   mixed | splitstep | splittune | stacks | accuracy | gdn | gdncap | gdnbench | run | evidence |
 #   orpheus | orpheus_step | orpheus_iter | masked | statesteps | figures | decode_attn |
 #   decode_attn_3b | decode_tests | codec | codec_folded | codec_next | codec_overlap |
-#   codec_kernels | gemm | launch | kept | recurrent | pdl_tests | pdl | all
+#   codec_kernels | gemm | launch | kept | recurrent | pdl_tests | pdl | loop | all
 # with carry [".whl", ".jitcache"]. Logs go under $OUT (default ./gpu-out). JIT caches
 # (FlashInfer, Triton) are restored from .jitcache/ when present and saved to $OUT/jit-*.
 set -uo pipefail
@@ -334,6 +334,15 @@ for stage in "${stages[@]}"; do
             --steps 50 --dense-kernel $dense --$pdl --replays 200 2>&1 \
             | grep -E "decode step|replay|Error|error" | tee -a "$OUT/bench_pdl.log"
         done
+      done ;;
+    loop)  # the served decode iteration apart (benchmarks/bench_decode_loop.py): 0.8b's worker,
+      # 64 requests of 512 tokens decoding, strict and overlapped loops, pdl off and on: the
+      # iteration, the worker's spans (host work vs the completion wait), the GPU's busy time
+      # an iteration (profiled). Session 16: pdl took 5.8% off the graph, 1.6% off the served
+      # ITL; this says what bounds the loop. ~40 s a worker, 4 of them.
+      for pdl in no-pdl pdl; do
+        timeout 200 python3 -m benchmarks.bench_decode_loop --size 0.8b --loop both --$pdl \
+          --profile "$OUT/loop_$pdl.txt" 2>&1 | grep -v "^USDT" | tee -a "$OUT/bench_loop.log"
       done ;;
     recurrent)  # the recurrence's launch (value columns x warps a program) on decode steps of
       # 64 and 128 rows, one layer call (a decode step's largest kernel: 39.6 us a layer)

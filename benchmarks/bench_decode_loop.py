@@ -1,0 +1,186 @@
+"""qwen35's worker loop on decode steps alone: where an iteration's time goes, host and GPU.
+
+    python -m benchmarks.bench_decode_loop --size 0.8b --requests 64 --profile FILE
+    python -m benchmarks.bench_decode_loop --size 0.8b --pdl --loop overlapped
+    python -m benchmarks.bench_decode_loop --size tiny --device cpu --requests 8
+
+Why: a served c=64 decode iteration (ITL p50 2.19-2.22 ms, session 16) is slower than its
+decode graph alone (2.05-2.17 ms of back-to-back replays, `bench_gpu_step --replays`), and
+`engine.pdl` took 5.8% off the graph (2.170 -> 2.045 ms) but only 1.6% off the served ITL.
+Either the GPU idles between steps (the host's path around a step, its copies) or the
+host's own work bounds the loop. This runs the worker the server runs (`build_worker`, the
+scenario's settings, its overlapped or strict loop) with the phase spans on, admits N requests
+of one prompt length, prefills them, then times K iterations of `Worker.iteration` in which
+every row decodes (no arrivals, no prefill steps: the server's ITL, not its TPOT), and prints:
+
+- the iteration's median, p10, p90 (benchmarks/stats.py) and the output tok/s it makes;
+- the worker's own spans over those iterations (median ms an iteration: schedule, forward,
+  postprocess, the completion wait inside it; docs/SPANS.md): the host's work is the
+  iteration less the completion wait;
+- with `--profile FILE`, a few more iterations under the torch profiler: the GPU's busy time
+  an iteration against the wall (benchmarks/device_streams.py), and the op tables to FILE.
+
+If the GPU's busy time an iteration is well under the iteration and the completion wait is
+small, the host bounds the loop; if the GPU is busy nearly all of it, the device does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field, replace
+
+import torch
+
+from benchmarks import device_streams, stats
+from benchmarks.bench_gpu_step import prompt_ids
+from benchmarks.options import LOOPS, LoopSettings, positive_int
+from engine.config import DENSE_KERNELS, load_scenario
+from engine.messages import AddRequest, encode
+from engine.worker.main import build_worker
+from engine.worker.timing import PhaseTimer
+
+NEVER = 10**9  # a PhaseTimer period that never flushes: the spans stay to be read
+
+
+@dataclass(frozen=True)
+class Settings(LoopSettings):
+    engine: dict = field(default_factory=dict)  # settings over the scenario's (pdl, ...)
+
+
+@dataclass
+class LoopRun:
+    """What one loop's measurement recorded: raw facts, no figure computed."""
+
+    settings: Settings
+    built: str
+    iteration_s: list[float] = field(default_factory=list)
+    rows: list[int] = field(default_factory=list)  # rows each timed iteration emitted
+    spans_ns: dict[str, list[int]] = field(default_factory=dict)  # the worker's, timed ones
+    prefill_steps: int = 0  # steps with prompt work among the timed ones (0 for a good run)
+    profile_wall_us: float = 0.0
+    device: list[device_streams.DeviceSpan] = field(default_factory=list)
+    op_tables: str = ""
+
+
+def measure(settings: Settings) -> LoopRun:
+    scenario = load_scenario("qwen35", settings.size)
+    config = replace(scenario.engine, overlap=settings.loop == "overlapped", **settings.engine)
+    if settings.device is not None:
+        config = replace(config, device=settings.device)
+    needed = settings.warmup + settings.iterations + settings.profile_iterations + 16
+    if settings.prompt + needed > config.max_model_len:
+        raise ValueError(
+            f"{settings.prompt} prompt + {needed} output tokens exceed engine.max_model_len "
+            f"{config.max_model_len}: fewer --iterations or a shorter --prompt"
+        )
+    timer = PhaseTimer(NEVER, "bench", [])
+    frames: list[int] = []
+    worker = build_worker(scenario.model, config, timer, lambda msg: frames.append(encode(msg)))
+    engine = worker.engine
+    run = LoopRun(
+        settings,
+        f"device {config.device}, graphs {engine.graphs is not None}, pdl {config.pdl}, "
+        f"dense {config.dense_kernel}",
+    )
+    gen = torch.Generator().manual_seed(0)
+    vocab = engine.model.config.vocab_size
+    for rid in range(settings.requests):
+        prompt = prompt_ids(scenario.model.arch, vocab, settings.prompt, gen)
+        worker.handle(AddRequest(rid, prompt, needed, ignore_eos=True, temperature=0))
+    while not all(r.prefill_done for r in engine.requests.values()):
+        worker.iteration()
+    for _ in range(settings.warmup):
+        worker.iteration()
+    for spans in (timer._spans, timer._counts):  # the timed iterations' alone
+        spans.clear()
+    for _ in range(settings.iterations):
+        start = time.perf_counter()
+        worker.iteration()
+        run.iteration_s.append(time.perf_counter() - start)
+    run.spans_ns = {name: list(values) for name, values in timer._spans.items()}
+    run.rows = list(timer._counts.get("worker.rows_per_step", []))
+    run.prefill_steps = sum(timer._counts.get("worker.prefill_steps", []))
+    if settings.profile_iterations:
+        _profile(worker, run, settings.profile_iterations)
+    return run
+
+
+def _profile(worker, run: LoopRun, iterations: int) -> None:
+    cuda = worker.engine.device.type == "cuda"
+    done = device_streams.profile_calls(worker.iteration, iterations, cuda)
+    run.profile_wall_us, run.device, run.op_tables = done.wall_us, done.spans, done.op_tables
+
+
+# --- showing -----------------------------------------------------------------------------
+def render(run: LoopRun) -> str:
+    s = run.settings
+    iteration = stats.summarise([t * 1e3 for t in run.iteration_s])
+    rows = statistics.mean(run.rows) if run.rows else float("nan")
+    lines = [
+        f"decode loop, qwen35 {s.size}, {s.requests} requests, prompt {s.prompt}, loop {s.loop}, "
+        f"{run.built}: {stats.render(iteration)} over {iteration.n} iterations, "
+        f"{rows:.1f} rows an iteration = {rows / iteration.median * 1e3:,.0f} tok/s"
+    ]
+    for name in sorted(run.spans_ns):
+        values = run.spans_ns[name]
+        lines.append(
+            f"  {name:<40} median {statistics.median(values) / 1e6:7.3f} ms, "
+            f"mean {sum(values) / len(run.iteration_s) / 1e6:7.3f} ms an iteration ({len(values)})"
+        )
+    if run.prefill_steps:
+        lines.append(f"  DOUBTFUL: {run.prefill_steps} timed iterations had prompt work")
+    if run.profile_wall_us:
+        n = s.profile_iterations
+        if run.device:
+            busy = device_streams.busy_us(run.device)
+            lines.append(
+                f"  GPU busy {busy / n / 1e3:.3f} ms an iteration of {run.profile_wall_us / n / 1e3:.3f} "
+                f"ms wall ({busy / run.profile_wall_us:.0%}) over {n} profiled iterations"
+            )
+        else:
+            lines.append(f"  no device events in {n} profiled iterations (a CPU run)")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="benchmarks.bench_decode_loop")
+    parser.add_argument("--size", default=None, help="default: the scenario's for this machine")
+    parser.add_argument("--device", default=None, help="default: the size's")
+    parser.add_argument("--loop", default="overlapped", choices=list(LOOPS))
+    parser.add_argument("--requests", type=positive_int, default=64)
+    parser.add_argument("--prompt", type=positive_int, default=512)
+    parser.add_argument("--warmup", type=int, default=20)
+    parser.add_argument("--iterations", type=positive_int, default=200)
+    parser.add_argument("--pdl", action=argparse.BooleanOptionalAction, default=None)
+    parser.add_argument("--dense-kernel", default=None, choices=list(DENSE_KERNELS))
+    parser.add_argument("--profile", default=None, help="write the profiler's op tables here")
+    parser.add_argument("--profile-iterations", type=positive_int, default=20)
+    args = parser.parse_args(argv)
+    size = args.size or load_scenario("qwen35").size
+    chosen = {"pdl": args.pdl, "dense_kernel": args.dense_kernel}
+    engine = {key: value for key, value in chosen.items() if value is not None}
+    failed = False
+    for loop in LOOPS[args.loop]:
+        settings = Settings(
+            size, args.device, loop, args.requests, args.prompt, args.warmup, args.iterations,
+            args.profile_iterations if args.profile else 0, engine,
+        )  # fmt: skip
+        try:
+            run = measure(settings)
+        except ValueError as exc:  # settings that cannot run (a ConfigError too): one line
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        print(render(run), flush=True)
+        failed |= run.prefill_steps > 0
+        if args.profile and run.op_tables:
+            path = args.profile if len(LOOPS[args.loop]) == 1 else f"{args.profile}.{loop}"
+            with open(path, "w") as out:
+                out.write(f"{render(run)}\n\n{run.op_tables}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,44 @@
+"""benchmarks/bench_decode_loop.py on the CPU (tiny): the worker's decode-only iterations timed,
+its spans read from the worker's own timer, the doubt when prompt work falls inside the
+measurement, and a clear error for settings that cannot run."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks import bench_decode_loop
+from benchmarks.bench_decode_loop import Settings, measure, render
+
+
+@pytest.mark.parametrize("loop", ["strict", "overlapped"])
+def test_every_timed_iteration_decodes_every_row_and_the_spans_cover_them(loop):
+    run = measure(Settings("tiny", "cpu", loop, 6, 24, warmup=3, iterations=12))
+    assert len(run.iteration_s) == 12 and run.rows == [6] * 12
+    assert run.prefill_steps == 0
+    # the worker's own spans, one sample a timed iteration, nothing from before them
+    assert len(run.spans_ns["worker.iter_total"]) == 12
+    assert len(run.spans_ns["worker.step.forward"]) == 12
+    text = render(run)
+    assert f"loop {loop}" in text and "6.0 rows an iteration" in text
+    assert "worker.step.completion_wait" in text and "DOUBTFUL" not in text
+
+
+def test_prompt_work_inside_the_measurement_is_flagged():
+    run = measure(Settings("tiny", "cpu", "strict", 2, 8, warmup=0, iterations=4))
+    run.prefill_steps = 1  # as if a prefill step had landed among the timed ones
+    assert "DOUBTFUL: 1 timed iterations had prompt work" in render(run)
+
+
+def test_the_command_prints_its_figures_and_refuses_what_cannot_run(tmp_path, capsys):
+    profile = tmp_path / "loop.txt"
+    argv = ["--size", "tiny", "--device", "cpu", "--requests", "3", "--prompt", "16",
+            "--iterations", "5", "--warmup", "1", "--profile", str(profile),
+            "--profile-iterations", "2"]  # fmt: skip
+    assert bench_decode_loop.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "decode loop, qwen35 tiny, 3 requests" in out and "a CPU run" in out
+    assert "decode loop" in profile.read_text()
+    assert bench_decode_loop.main(["--size", "tiny", "--device", "cpu", "--prompt", "4000"]) == 2
+    assert "exceed engine.max_model_len" in capsys.readouterr().err
+    assert bench_decode_loop.main(["--size", "tiny", "--device", "cpu", "--pdl"]) == 2
+    assert "engine.pdl needs engine.device: cuda" in capsys.readouterr().err
