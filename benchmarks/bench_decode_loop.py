@@ -39,6 +39,7 @@ from benchmarks.bench_gpu_step import prompt_ids
 from benchmarks.options import LOOPS, LoopSettings, positive_int
 from engine.config import DENSE_KERNELS, load_scenario
 from engine.messages import AddRequest, encode
+from engine.spans import PREFILL_STEPS, ROWS_PER_STEP
 from engine.worker.main import build_worker
 from engine.worker.timing import PhaseTimer
 
@@ -101,8 +102,8 @@ def measure(settings: Settings) -> LoopRun:
         worker.iteration()
         run.iteration_s.append(time.perf_counter() - start)
     run.spans_ns = {name: list(values) for name, values in timer._spans.items()}
-    run.rows = list(timer._counts.get("worker.rows_per_step", []))
-    run.prefill_steps = sum(timer._counts.get("worker.prefill_steps", []))
+    run.rows = list(timer._counts.get(ROWS_PER_STEP, []))
+    run.prefill_steps = sum(timer._counts.get(PREFILL_STEPS, []))
     if settings.profile_iterations:
         _profile(worker, run, settings.profile_iterations)
     return run
