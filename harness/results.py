@@ -143,7 +143,10 @@ class RunDir:
         written back whole, the recorded rows first, when the next slot ends."""
         manifest, frames = load_run(path)
         if frames["servers"].empty:
-            raise BenchError(f"{path} has no servers (0 blocks): nothing to continue; rerun it")
+            raise BenchError(
+                tables_left_out(path, "cannot be continued")
+                or f"{path} has no servers (0 blocks): nothing to continue; rerun it"
+            )
         rundir = cls(path)
         rundir.manifest, rundir._recorded = manifest, frames
         return rundir
@@ -283,6 +286,22 @@ def load_run(path: Path) -> tuple[dict, dict[str, pd.DataFrame]]:
     return manifest, frames if version == SCHEMA_VERSION else schema.upgrade(frames, version)
 
 
+def tables_left_out(path: Path, consequence: str) -> str | None:
+    """What to say of a run that ended (its summary.json is there) but whose tables are not:
+    kept without them (docs/evidence/, gpu_suite's evidence tarballs), not a run that measured
+    nothing. None for any other run."""
+    path = Path(path)
+    missing = [
+        f"{name}.parquet" for name in schema.TABLES if not (path / f"{name}.parquet").exists()
+    ]
+    if (path / "summary.json").exists() and missing:
+        return (
+            f"{path} was kept without its tables ({', '.join(missing)} missing): it "
+            f"{consequence}; its report.md and summary.json hold its figures"
+        )
+    return None
+
+
 def load_runs(path: Path) -> list[tuple[Path, dict, dict[str, pd.DataFrame]]]:
     """The run directory at `path`, or the run directories inside it (by name): each with its
     manifest and tables. A run that measured no server is refused."""
@@ -300,7 +319,10 @@ def load_runs(path: Path) -> list[tuple[Path, dict, dict[str, pd.DataFrame]]]:
     for run in paths:
         manifest, frames = load_run(run)
         if frames["servers"].empty:
-            raise BenchError(f"{run} has no servers: nothing was measured; rerun it")
+            raise BenchError(
+                tables_left_out(run, "cannot be read again")
+                or f"{run} has no servers: nothing was measured; rerun it"
+            )
         out.append((run, manifest, frames))
     return out
 

@@ -172,6 +172,32 @@ def test_nothing_to_continue_is_one_line(tmp_path):
     assert not any(empty.iterdir())
 
 
+def test_a_run_kept_without_its_tables_says_so(tmp_path):
+    """A finished run kept as its report and summary alone (docs/evidence/, gpu_suite's
+    evidence tarballs, which leave out the parquet tables) is refused by --continue, by
+    `bench compare`'s reader and by `bench report` with that reason, not as a run that measured nothing; a run with its
+    tables continues as ever."""
+    from harness.commands.report import report_run
+    from harness.results import load_runs
+
+    path = tmp_path / "run"
+    run = RunDir.fresh(path)
+    run.write_manifest(manifest(1))
+    run_blocks(run, 0, 1)
+    summarise(path)
+    assert RunDir.continued(path).next_block == 1  # whole: it continues
+    for table in path.glob("*.parquet"):
+        table.unlink()
+    reads = ((RunDir.continued, "cannot be continued"), (load_runs, "cannot be read again"),
+             (report_run, "cannot be reported again"))  # fmt: skip
+    for read, consequence in reads:
+        with pytest.raises(BenchError) as caught:
+            read(path)
+        message = str(caught.value)
+        assert "kept without its tables" in message and consequence in message
+        assert "servers.parquet" in message and "nothing was measured" not in message
+
+
 def test_a_continued_call_has_its_own_time_budget(tmp_path, mock_url):  # noqa: F811
     """--time-budget counts from the continuing call's start, whose first block always runs:
     one recorded block, then 1 of 3 more, B A A B, whole; two blocks in the comparison."""

@@ -9,7 +9,14 @@ import typer
 from harness.analysis.compare import STATISTICS, Comparison
 from harness.analysis.summary import summarize
 from harness.errors import BenchError
-from harness.results import RESULTS, load_run, load_summary, report_context, summarise
+from harness.results import (
+    RESULTS,
+    load_run,
+    load_summary,
+    report_context,
+    summarise,
+    tables_left_out,
+)
 from harness.show.console import fail, notes
 from harness.show.report.evidence import gather
 from harness.show.report.single import write_single_report
@@ -41,7 +48,10 @@ def report_run(run_dir: Path, html: bool = False, results: Path = RESULTS) -> Pa
     left as it was, and the report says so."""
     manifest, frames = load_run(run_dir)
     if frames["servers"].empty:
-        raise BenchError(f"{run_dir} has no servers yet: nothing to report")
+        raise BenchError(
+            tables_left_out(run_dir, "cannot be reported again")
+            or f"{run_dir} has no servers yet: nothing to report"
+        )
     comparison = load_summary(run_dir) or summarise(run_dir)
     if not isinstance(comparison, Comparison):  # one target, or a sweep
         return write_single_report(manifest, comparison, run_dir)
