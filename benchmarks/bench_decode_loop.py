@@ -37,7 +37,7 @@ import torch
 from benchmarks import device_streams, stats
 from benchmarks.bench_gpu_step import prompt_ids
 from benchmarks.options import LOOPS, LoopSettings, positive_int
-from engine.config import DENSE_KERNELS, load_scenario
+from engine.config import DENSE_KERNELS, GDN_DECODES, load_scenario
 from engine.messages import AddRequest, encode
 from engine.spans import PREFILL_STEPS, ROWS_PER_STEP
 from engine.worker.main import build_worker
@@ -84,7 +84,7 @@ def measure(settings: Settings) -> LoopRun:
     run = LoopRun(
         settings,
         f"device {config.device}, graphs {engine.graphs is not None}, pdl {config.pdl}, "
-        f"dense {config.dense_kernel}",
+        f"dense {config.dense_kernel}, gdn decode {config.gdn_decode}",
     )
     gen = torch.Generator().manual_seed(0)
     vocab = engine.model.config.vocab_size
@@ -157,11 +157,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--iterations", type=positive_int, default=200)
     parser.add_argument("--pdl", action=argparse.BooleanOptionalAction, default=None)
     parser.add_argument("--dense-kernel", default=None, choices=list(DENSE_KERNELS))
+    parser.add_argument("--gdn-decode", default=None, choices=list(GDN_DECODES))
     parser.add_argument("--profile", default=None, help="write the profiler's op tables here")
     parser.add_argument("--profile-iterations", type=positive_int, default=20)
     args = parser.parse_args(argv)
     size = args.size or load_scenario("qwen35").size
-    chosen = {"pdl": args.pdl, "dense_kernel": args.dense_kernel}
+    chosen = {"pdl": args.pdl, "dense_kernel": args.dense_kernel, "gdn_decode": args.gdn_decode}
     engine = {key: value for key, value in chosen.items() if value is not None}
     failed = False
     for loop in LOOPS[args.loop]:

@@ -140,9 +140,10 @@ class Bench:
     def ops(self, path: str, split: SplitConfig):
         from engine.kernels.cuda_ops import CudaOps
 
-        gdn_prefill = "auto" if path == "captured" else path
+        gdn_prefill = {"captured": "auto", "pipelined": "triton"}.get(path, path)
         return CudaOps(self.layer, self.device, PAGE, 1, gdn_prefill,
-                       piecewise_gdn=path == "captured", gdn_split=split)  # fmt: skip
+                       piecewise_gdn=path == "captured", gdn_split=split,
+                       pipelined_decode=path == "pipelined")  # fmt: skip
 
     def case(self, shape: Shape, path: str, state_dtype: str, split: SplitConfig):
         """A zero-argument call of the layer's op for `shape` on `path`, and a function that
@@ -326,6 +327,11 @@ def run_sweep(
 RECURRENT_BVS, RECURRENT_WARPS = (16, 32, 64, 128), (1, 2, 4, 8)
 RECURRENT_SWEEP = tuple((bv, warps) for bv in RECURRENT_BVS for warps in RECURRENT_WARPS)
 RECURRENT_SHAPES = ("64d", "128d")  # decode steps at the c=64 and c=128 loads
+# engine.gdn_decode pipelined's launches --recurrent times after the grid's (path `pipelined`):
+# value columns, warps, programs an SM, stages; the module's default first. At BV 64 the sm_90
+# compile takes 167 registers (3 programs an SM at 4 warps) and 34 KB of shared memory a stage.
+PIPELINED_SWEEP = ((64, 4, 3, 2), (64, 4, 2, 2), (64, 4, 3, 3), (32, 4, 4, 2), (32, 4, 6, 3),
+                   (64, 8, 1, 2), (128, 8, 1, 2))  # fmt: skip
 
 
 def parse_recurrent(text: str) -> tuple[int, int]:
@@ -346,12 +352,16 @@ def run_recurrent(
     """Every recurrent launch on every decode shape (path `triton`: a decode step's op), each
     against the engine's launch (triton_gdn.RECURRENT_BV / RECURRENT_WARPS, measured first),
     then the engine's launch in the recurrence's other form (RECURRENT_ONE_PASS flipped,
-    labelled `one_pass=...`); the module's launch and form restored after."""
+    labelled `one_pass=...`), then the pipelined kernel (engine.gdn_decode pipelined) under
+    each launch of PIPELINED_SWEEP, every output held to the first's; the module's launches
+    and form restored after."""
     from engine.kernels import triton_gdn
 
     args, samples = bench.args, []
     default = (triton_gdn.RECURRENT_BV, triton_gdn.RECURRENT_WARPS)
     one_pass = triton_gdn.RECURRENT_ONE_PASS
+    pipelined = (triton_gdn.PIPELINED_BV, triton_gdn.PIPELINED_WARPS,
+                 triton_gdn.PIPELINED_PER_SM, triton_gdn.PIPELINED_STAGES)  # fmt: skip
     runs = [(*default, one_pass), (*default, not one_pass)]
     runs += [(bv, warps, one_pass) for bv, warps in launches if (bv, warps) != default]
     state_dtype = args.state_dtypes[0]
@@ -369,10 +379,25 @@ def run_recurrent(
                 want = out if want is None else want
                 samples.append(sample)
                 show(sample)
+            for launch in PIPELINED_SWEEP:
+                pipelined_launch(triton_gdn, launch)
+                label = "pipelined bv={},warps={},per_sm={},stages={}".format(*launch)
+                sample = Sample(str(shape), "pipelined", state_dtype, label, "recurrent")
+                measure(bench, sample, SPLIT_DEFAULT, want)
+                samples.append(sample)
+                show(sample)
+            pipelined_launch(triton_gdn, pipelined)
     finally:
         triton_gdn.RECURRENT_BV, triton_gdn.RECURRENT_WARPS = default
         triton_gdn.RECURRENT_ONE_PASS = one_pass
+        pipelined_launch(triton_gdn, pipelined)
     return samples
+
+
+def pipelined_launch(triton_gdn, launch: tuple[int, int, int, int]) -> None:
+    """Set the pipelined recurrence's launch: value columns, warps, programs an SM, stages."""
+    (triton_gdn.PIPELINED_BV, triton_gdn.PIPELINED_WARPS, triton_gdn.PIPELINED_PER_SM,
+     triton_gdn.PIPELINED_STAGES) = launch  # fmt: skip
 
 
 def _fla_importable() -> bool:

@@ -43,6 +43,7 @@ from benchmarks.options import positive_int
 from engine.config import (
     DECODE_ATTENTIONS,
     DENSE_KERNELS,
+    GDN_DECODES,
     TRITON_LAUNCHES,
     EngineConfig,
     Scenario,
@@ -131,6 +132,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(  # engine.triton_launch: Triton's own launch, or the kept kernels'
         "--triton-launch", default="jit", choices=list(TRITON_LAUNCHES)
     )
+    parser.add_argument(  # engine.gdn_decode: the decode recurrence on its grid or pipelined
+        "--gdn-decode", default=EngineConfig.gdn_decode, choices=list(GDN_DECODES)
+    )
     parser.add_argument(  # engine.pdl: our kernels' launches programmatic (Hopper)
         "--pdl", action=argparse.BooleanOptionalAction, default=False
     )
@@ -161,6 +165,7 @@ def main(argv: list[str] | None = None) -> None:
         decode_tensor_cores=args.decode_tensor_cores, decode_attention=args.decode_attention,
         state_dtype=args.state_dtype, dense_kernel=args.dense_kernel,
         triton_launch=args.triton_launch, masked_head=args.masked_head, pdl=args.pdl,
+        gdn_decode=args.gdn_decode,
         max_rows=args.batch + max((int(p.split("x")[0]) for p in args.prefill), default=0),
     )  # fmt: skip
     for _ in range(args.warmup):
@@ -176,7 +181,7 @@ def main(argv: list[str] | None = None) -> None:
         f"kernels {engine.ops.name}, graphs {engine.graphs is not None}, decode tensor cores "
         f"{args.decode_tensor_cores}, decode attention {args.decode_attention}, state "
         f"{args.state_dtype}, dense {args.dense_kernel}, triton launch {args.triton_launch}, "
-        f"pdl {args.pdl}, masked head {engine.first_logit > 0}: "
+        f"pdl {args.pdl}, gdn decode {args.gdn_decode}, masked head {engine.first_logit > 0}: "
         f"{stats.render(decode)} over "
         f"{decode.n} steps = {args.batch / decode.median * 1e3:,.0f} tok/s{_mask_note(engine)}"
     )
@@ -227,7 +232,8 @@ def main(argv: list[str] | None = None) -> None:
         times = _replay_times(engine, args.replays)
         print(
             f"decode graph replay, batch {args.batch}, pdl {args.pdl}, dense "
-            f"{args.dense_kernel}: {np.median(times) * 1e3:.1f} us a replay (runs "
+            f"{args.dense_kernel}, gdn decode {args.gdn_decode}: "
+            f"{np.median(times) * 1e3:.1f} us a replay (runs "
             f"{', '.join(f'{t * 1e3:.1f}' for t in times)}; {args.replays} back to back each)"
         )
 

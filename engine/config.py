@@ -143,6 +143,14 @@ class EngineConfig:
     # launch). One setting per worker process; ignored by the torch reference. "jit" until
     # measured on a GPU.
     triton_launch: str = "jit"
+    # The Gated DeltaNet recurrence of decode steps (and a mixed step's leading decode rows) on
+    # the CUDA kernels (engine/kernels/triton_gdn.py): "grid" (a program per row, value head
+    # and value block; the fp32 state read, updated and written back by each) or "pipelined"
+    # (persistent programs striding over those tiles, each tile's state read a tile ahead by
+    # Triton's pipeliner while the one before computes: the recurrence is ~a third of 0.8b's
+    # decode step, its state traffic at ~72% of the H200's bandwidth). "grid" until measured
+    # on a GPU (`bench_gdn_kernels --recurrent`). The same arithmetic either way.
+    gdn_decode: str = "grid"
     # Programmatic dependent launch of our Triton kernels of a step (engine/kernels/
     # triton_launch.py; Hopper's griddepcontrol): each may start its programs while the kernel
     # before it finishes, waiting on the device before it touches that kernel's data; the
@@ -173,6 +181,10 @@ class EngineConfig:
         split_setting(self.gdn_split)
         check_dense_kernel(self.dense_kernel)
         check_decode_attention(self.decode_attention)
+        if self.gdn_decode not in GDN_DECODES:
+            raise ConfigError(
+                f"engine.gdn_decode must be one of {', '.join(GDN_DECODES)}, got {self.gdn_decode!r}"
+            )
         if self.pdl and self.device != "cuda":
             raise ConfigError("engine.pdl needs engine.device: cuda (Hopper's launch control)")
         if self.triton_launch not in TRITON_LAUNCHES:
@@ -185,6 +197,7 @@ class EngineConfig:
 DENSE_KERNELS = ("torch", "triton", "head")  # engine.dense_kernel
 DECODE_ATTENTIONS = ("flashinfer", "triton")  # engine.decode_attention
 TRITON_LAUNCHES = ("jit", "bound")  # engine.triton_launch
+GDN_DECODES = ("grid", "pipelined")  # engine.gdn_decode
 
 
 def split_setting(text: str):

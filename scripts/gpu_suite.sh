@@ -4,7 +4,8 @@
 #   mixed | splitstep | splittune | stacks | accuracy | gdn | gdncap | gdnbench | run | evidence |
 #   orpheus | orpheus_step | orpheus_iter | masked | statesteps | figures | decode_attn |
 #   decode_attn_3b | decode_tests | codec | codec_folded | codec_next | codec_overlap |
-#   codec_kernels | gemm | launch | kept | recurrent | pdl_tests | pdl | loop | all
+#   codec_kernels | gemm | launch | kept | recurrent | pdl_tests | pdl | loop | pipelined |
+#   all
 # with carry [".whl", ".jitcache"]. Logs go under $OUT (default ./gpu-out). JIT caches
 # (FlashInfer, Triton) are restored from .jitcache/ when present and saved to $OUT/jit-*.
 set -uo pipefail
@@ -334,6 +335,22 @@ for stage in "${stages[@]}"; do
             --steps 50 --dense-kernel $dense --$pdl --replays 200 2>&1 \
             | grep -E "decode step|replay|Error|error" | tee -a "$OUT/bench_pdl.log"
         done
+      done ;;
+    pipelined)  # engine.gdn_decode pipelined (the decode recurrence persistent, its state loads
+      # pipelined through shared memory; engine/kernels/triton_gdn.py): its GPU tests, then
+      # one layer call at 64 and 128 rows, the grid's launch against the pipelined kernel under
+      # each launch of PIPELINED_SWEEP (bench_gdn_kernels --recurrent), then 0.8b's decode step
+      # on graphs both ways (the step, 200 back-to-back replays). ~4 minutes.
+      timeout 200 python3 -m pytest -m gpu -v -rA -s tests/test_gpu_kernels.py tests/test_gpu.py \
+        -k pipelined 2>&1 | grep -E "PASSED|FAILED|ERROR|passed|failed|Error|bit for bit|tokens as" \
+        | tee "$OUT/pipelined_tests.log"
+      timeout 150 python3 -m benchmarks.bench_gdn_kernels --paths triton --shapes 64d \
+        --state-dtypes float32 --recurrent 64:4 --json "$OUT/gdn_pipelined.jsonl" 2>&1 \
+        | tee "$OUT/gdn_pipelined.log"
+      for form in grid pipelined; do
+        timeout 100 python3 -m benchmarks.bench_gpu_step --batch 64 --context 512 --graphs \
+          --steps 50 --gdn-decode $form --replays 200 2>&1 \
+          | grep -E "decode step|replay|Error|error" | tee -a "$OUT/bench_pipelined.log"
       done ;;
     loop)  # the served decode iteration apart (benchmarks/bench_decode_loop.py): 0.8b's worker,
       # 64 requests of 512 tokens decoding, strict and overlapped loops, pdl off and on: the

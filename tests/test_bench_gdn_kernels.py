@@ -126,10 +126,23 @@ def test_the_benchmark_runs_in_the_interpreter(tmp_path):
     recurrent = [s for s in samples if s["kind"] == "recurrent"]
     engine = f"recurrent bv={triton_gdn.RECURRENT_BV},warps={triton_gdn.RECURRENT_WARPS}"
     other = f"one_pass={not triton_gdn.RECURRENT_ONE_PASS}"
+    # and then the pipelined kernel (engine.gdn_decode) under each launch of its sweep, the
+    # same per-tile arithmetic: the same outputs
+    from benchmarks.bench_gdn_kernels import PIPELINED_SWEEP
+
+    default = (triton_gdn.PIPELINED_BV, triton_gdn.PIPELINED_WARPS,
+               triton_gdn.PIPELINED_PER_SM, triton_gdn.PIPELINED_STAGES)  # fmt: skip
+    assert PIPELINED_SWEEP[0] == default  # the engine's launch first
+
+    pipelined = [("3d", "pipelined bv={},warps={},per_sm={},stages={}".format(*launch))
+                 for launch in PIPELINED_SWEEP]  # fmt: skip
     assert [(s["shape"], s["split"]) for s in recurrent] == [
         ("3d", engine),
         ("3d", f"{engine},{other}"),
         ("3d", "recurrent bv=16,warps=2"),
+        *pipelined,
     ]
     assert recurrent[1]["error"] is None and recurrent[1]["err"] < 1e-2
-    assert recurrent[2]["error"] is None and recurrent[2]["err"] == 0.0
+    for sample in recurrent[2:]:
+        assert sample["error"] is None and sample["err"] == 0.0, sample
+    assert {s["path"] for s in recurrent[3:]} == {"pipelined"}

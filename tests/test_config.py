@@ -34,6 +34,9 @@ def test_overrides_are_typed():
     s = load_scenario("qwen35", "tiny", parse_overrides(text))  # a split config's commas
     assert (s.engine.gdn_split, s.engine.mixing) == ("states_bv=32,outputs_bv=64", True)
     assert load_scenario("qwen35", "0.8b").engine.dense_kernel == "torch"  # until measured
+    assert load_scenario("qwen35", "0.8b").engine.gdn_decode == "grid"  # until measured
+    s = load_scenario("qwen35", "0.8b", parse_overrides("engine.gdn_decode=pipelined"))
+    assert s.to_dict()["engine"]["gdn_decode"] == "pipelined"  # an arm's manifest
     s = load_scenario("qwen35", "tiny", parse_overrides("engine.dense_kernel=triton"))
     assert s.engine.dense_kernel == "triton" and s.to_dict()["engine"]["dense_kernel"] == "triton"
     s = load_scenario("orpheus", "tiny", parse_overrides("engine.dense_kernel=head"))
@@ -63,6 +66,8 @@ def test_overrides_are_typed():
     ("qwen35", "tiny", "engine.gdn_split=chunk=32,warps=8", "unknown split config field 'warps'"),
     ("qwen35", "tiny", "engine.dense_kernel=cublas",
      "engine.dense_kernel must be one of torch, triton, head, got 'cublas'"),
+    ("qwen35", "0.8b", "engine.gdn_decode=persistent",
+     "engine.gdn_decode must be one of grid, pipelined, got 'persistent'"),
     ("qwen35", "0.8b", "engine.decode_attention=fa3",
      "engine.decode_attention must be one of flashinfer, triton, got 'fa3'"),
     ("orpheus", "tiny", "engine.decode_attention=true",

@@ -177,6 +177,24 @@ def test_08b_engine_with_pdl_emits_the_plain_launches_tokens(dense_kernel):
     assert pdl == plain
 
 
+def test_08b_engine_on_the_pipelined_decode_recurrence_emits_the_grids_tokens():
+    """engine.gdn_decode pipelined on the GPU: 0.8b in bf16, prompts arriving a step apart
+    (prefill, mixed steps whose leading decode rows take it, decode steps on the graphs), the
+    overlapped loop: the tokens of the grid recurrence (the same per-tile arithmetic; a bf16
+    near-tie may flip on a reordered sum, so at least 95% agree, the count printed)."""
+    prompts = [
+        [(13 * i + j) % 240000 + 1 for j in range(n)] for i, n in enumerate([5, 40, 300, 700])
+    ]
+    run = partial(greedy_on, "cuda", "bfloat16", "0.8b", prompts, 24, stagger=True,
+                  mixing=True, overlap=True)  # fmt: skip
+    grid, _ = run()
+    pipelined, _ = run(gdn_decode="pipelined")
+    same = sum(a == b for rid in grid for a, b in zip(grid[rid], pipelined[rid], strict=True))
+    print(f"pipelined decode recurrence: {same} of {24 * len(prompts)} tokens as the grid's")
+    assert all(len(pipelined[rid]) == 24 for rid in pipelined)
+    assert same >= 0.95 * 24 * len(prompts)
+
+
 @pytest.mark.parametrize("decode_attention", ["flashinfer", "triton"])
 def test_08b_decode_graph_replay_equals_eager_for_every_bucket(decode_attention):
     """Graph replay against the eager step on the same inputs and cache, at row counts that

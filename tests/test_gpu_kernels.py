@@ -6,6 +6,8 @@ a few bf16 ulps of O(1) values (2e-2 absolute), the precision of the stored acti
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 import torch
@@ -619,3 +621,66 @@ def test_pdl_kernels_compute_what_plain_launches_do(dense_kernel):
         triton_launch.set_launch("jit")
     for a, b, c in zip(plain, eager, captured, strict=True):
         assert torch.equal(a, b) and torch.equal(a, c)
+
+
+@pytest.mark.parametrize("rows", [1, 64, 128])
+@pytest.mark.parametrize("state_dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
+def test_the_pipelined_decode_recurrence_equals_the_grid_one(rows, state_dtype):
+    """engine.gdn_decode pipelined at 0.8b's heads: a decode step of `rows` rows (one fresh,
+    slots shuffled) on the persistent, pipelined kernel against the grid recurrence on the
+    same inputs: outputs and the rows' states within float rounding (the same per-tile
+    arithmetic: printed whether bit for bit), the other slots untouched; under every launch
+    of bench_gdn_kernels' PIPELINED_SWEEP too, and replayed in a CUDA graph."""
+    from benchmarks.bench_gdn_kernels import PIPELINED_SWEEP, pipelined_launch
+    from engine.kernels import triton_gdn
+
+    gen = torch.Generator(device=CUDA).manual_seed(rows)
+    hk, hv, dk, dv, slots_n = 16, 16, 128, 128, rows + 9
+    qkv = torch.randn(rows, 2 * hk * dk + hv * dv, device=CUDA, generator=gen).bfloat16()
+    a = torch.randn(rows, hv, device=CUDA, generator=gen).bfloat16()
+    b = torch.randn(rows, hv, device=CUDA, generator=gen).bfloat16()
+    A_log = torch.rand(hv, device=CUDA, generator=gen) * 2 - 1
+    dt_bias = torch.randn(hv, device=CUDA, generator=gen) * 0.5
+    state0 = (torch.randn(slots_n, hv, dk, dv, device=CUDA, generator=gen) * 0.1).to(state_dtype)
+    slots = torch.randperm(slots_n, device=CUDA, generator=gen)[:rows].int()
+    cached = torch.ones(rows, dtype=torch.int32, device=CUDA)
+    cached[rows // 2] = 0
+    meta = SimpleNamespace(
+        num_rows=rows, cu_seqlens=torch.arange(rows + 1, dtype=torch.int32, device=CUDA),
+        cached=cached, state_slots=slots,
+    )  # fmt: skip
+    grid_state = state0.clone()
+    want = triton_gdn.gated_delta_recurrent(qkv, a, b, A_log, dt_bias, grid_state, meta, hk,
+                                            dk, dv)  # fmt: skip
+    others = torch.ones(slots_n, dtype=torch.bool, device=CUDA)
+    others[slots.long()] = False
+    default = (triton_gdn.PIPELINED_BV, triton_gdn.PIPELINED_WARPS,
+               triton_gdn.PIPELINED_PER_SM, triton_gdn.PIPELINED_STAGES)  # fmt: skip
+    try:
+        for launch in PIPELINED_SWEEP:
+            pipelined_launch(triton_gdn, launch)
+            state = state0.clone()
+            got = triton_gdn.gated_delta_recurrent(qkv, a, b, A_log, dt_bias, state, meta, hk,
+                                                   dk, dv, pipelined=True)  # fmt: skip
+            exact = torch.equal(got, want) and torch.equal(state, grid_state)
+            print(f"rows {rows} {state_dtype} launch {launch}: bit for bit {exact}")
+            torch.testing.assert_close(got.float(), want.float(), atol=2e-2, rtol=2e-2)
+            torch.testing.assert_close(state.float(), grid_state.float(), atol=1e-3, rtol=1e-3)
+            assert torch.equal(state[others], state0[others])
+        pipelined_launch(triton_gdn, default)
+        state = state0.clone()
+        out = torch.empty_like(want)
+        args = (qkv, a, b, A_log, dt_bias, state, meta, hk, dk, dv)
+        triton_gdn.gated_delta_recurrent(*args, out=out, pipelined=True)  # compiled first
+        state.copy_(state0)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            triton_gdn.gated_delta_recurrent(*args, out=out, pipelined=True)
+        state.copy_(state0)
+        out.zero_()
+        graph.replay()
+        torch.cuda.synchronize()
+        torch.testing.assert_close(out.float(), want.float(), atol=2e-2, rtol=2e-2)
+        torch.testing.assert_close(state.float(), grid_state.float(), atol=1e-3, rtol=1e-3)
+    finally:
+        pipelined_launch(triton_gdn, default)

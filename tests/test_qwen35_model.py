@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -331,3 +332,32 @@ def test_dense_kernel_head_puts_the_lm_head_alone_on_ours(tiny, monkeypatch):
     ops.linear(tiny.head, h)
     ops.linear(tiny.model.layers[0].mlp.down_proj, torch.randn(3, tiny.config.intermediate_size))
     assert asked == [True, False]
+
+
+@pytest.mark.parametrize("setting", ["grid", "pipelined"])
+def test_gdn_decode_routes_decode_rows_alone_to_the_pipelined_kernel(tiny, monkeypatch, setting):
+    """engine.gdn_decode: with `pipelined`, the CUDA ops run a decode step's recurrence (every
+    row one token) and a mixed step's leading decode rows on the pipelined kernel; an fp32
+    step with prompt rows (the recurrence over many tokens a row) stays on the grid; with
+    `grid` nothing does."""
+    triton_gdn = pytest.importorskip("engine.kernels.triton_gdn")
+    from engine.kernels.cuda_ops import CudaOps
+
+    calls = []
+    monkeypatch.setattr(
+        triton_gdn,
+        "gated_delta_recurrent",
+        lambda *a, **kw: calls.append(("recurrent", kw["pipelined"])),
+    )
+    monkeypatch.setattr(triton_gdn, "gated_delta_prefill",
+                        lambda *a, **kw: calls.append(("prefill", kw["pipelined"])))  # fmt: skip
+    ops = CudaOps(tiny, torch.device("cpu"), 4, pipelined_decode=setting == "pipelined")
+    layer = next(m for m in tiny.modules() if type(m).__name__ == "GatedDeltaNet")
+    on = setting == "pipelined"
+    for is_decode, chunked, want in ((True, False, ("recurrent", on)),
+                                     (False, False, ("recurrent", False)),
+                                     (False, True, ("prefill", on))):  # fmt: skip
+        ops._chunked = chunked  # a bf16 prefill or mixed step (begin_step sets it)
+        batch = SimpleNamespace(is_decode=is_decode, gdn_tables=None)
+        ops.delta_rule(layer, None, None, None, None, batch)
+        assert calls[-1] == want, (is_decode, chunked)

@@ -31,7 +31,7 @@ def test_every_triton_kernel_compiles_for_sm90(dtype):
     wanted = {
         "_rms_norm_kernel", "_head_norm_rope_kernel", "_gated_norm_kernel", "_silu_mul_kernel",
         "_store_kv_kernel", "_conv_kernel", "_conv_state_kernel", "_conv_decode_kernel",
-        "_gdn_recurrent_kernel",
+        "_gdn_recurrent_kernel", "_gdn_decode_pipelined_kernel",
         "_gdn_chunked_kernel", "_gdn_prepare_kernel", "_gdn_states_kernel", "_gdn_outputs_kernel",
         "_snake_kernel", "_residual_snake_conv_kernel", "_shift_scale_kernel",
         "_argmax_parts_kernel", "_argmax_pick_kernel", "_decode_kernel", "_merge_kernel",
@@ -148,6 +148,7 @@ def test_the_codecs_approximate_sine_is_one_instruction_and_no_local_memory():
 PDL_KERNELS = {
     "_rms_norm_kernel", "_head_norm_rope_kernel", "_gated_norm_kernel", "_silu_mul_kernel",
     "_store_kv_kernel", "_conv_decode_kernel", "_gdn_recurrent_kernel", "_argmax_parts_kernel",
+    "_gdn_decode_pipelined_kernel",
     "_argmax_pick_kernel", "_decode_kernel", "_merge_kernel", "_skinny_gemm_kernel",
     "_split_sum_kernel",
 }  # fmt: skip
@@ -187,3 +188,22 @@ def test_pdl_kernels_wait_before_anything_else_and_plain_ones_are_unchanged():
         assert wait < first_access, name
         if name == "_skinny_gemm_kernel":
             assert -1 < body.find("prefetch.global.L2") < wait, name
+
+
+def test_the_pipelined_recurrence_streams_its_state_through_shared_memory():
+    """engine.gdn_decode pipelined at 0.8b's heads (fp32 state, the default launch, with the
+    JIT's hints): the state tile's loads are Triton-pipelined (cp.async into shared memory,
+    at least one BV x 128 fp32 tile of it a stage ahead) and the block fits an H200 block's
+    shared memory; the grid recurrence it replaces loads straight to registers (no cp.async,
+    no such shared memory)."""
+    from engine.kernels import triton_gdn
+
+    launches = offline.record_launches(torch.bfloat16)
+    by_name = {launch.kernel.fn.__name__: launch for launch in launches}
+    pipelined = offline.compile_launch(by_name["_gdn_decode_pipelined_kernel"], specialise=True)
+    grid = offline.compile_launch(by_name["_gdn_recurrent_kernel"], specialise=True)
+    tile = 128 * triton_gdn.PIPELINED_BV * 4  # k_dim x BV fp32
+    stages = triton_gdn.PIPELINED_STAGES
+    assert "cp.async" in pipelined.asm["ptx"]
+    assert (stages - 1) * tile <= pipelined.metadata.shared <= offline.H200_SHARED_BYTES
+    assert "cp.async" not in grid.asm["ptx"] and grid.metadata.shared < tile

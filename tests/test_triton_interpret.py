@@ -150,6 +150,44 @@ print(json.dumps(report))
 """
 
 
+# engine.gdn_decode pipelined: decode steps (one token a row; fresh rows, permuted slots) on the
+# persistent kernel with fewer programs than tiles (each strides over several) and with more,
+# in both forms of the update, and a mixed step's leading one-token rows through it
+# (`gated_delta_prefill(..., pipelined=True)`), against the reference.
+PIPELINED_CHECK = r"""
+torch.manual_seed(0)
+report = {}
+decode = ([1] * 5, [3, 0, 2, 7, 1], [4, 0, 7, 2, 6])
+mixed = ([1, 1, 1, 40, 5, 1, 20], [4, 9, 2, 0, 6, 3, 0], [3, 0, 7, 5, 2, 8, 6])
+for programs in (3, 1000):  # SMS x PER_SM: under the 5 x 4 x 1 tiles, and over them
+    triton_gdn.SMS, triton_gdn.PIPELINED_PER_SM = programs, 1
+    for form in (False, True):
+        triton_gdn.RECURRENT_ONE_PASS = form
+        for name, (lengths, cached, slots) in (("decode", decode), ("mixed", mixed)):
+            T = sum(lengths)
+            qkv = torch.randn(T, 2 * HK * DK + HV * DV)
+            a, b = torch.randn(T, HV), torch.randn(T, HV)
+            A_log, dt_bias = torch.empty(HV).uniform_(-2, 1), torch.randn(HV) * 0.5
+            state0 = torch.randn(10, HV, DK, DV) * 0.3
+            meta = step(lengths, cached, slots)
+            want, want_state = reference(qkv, a, b, A_log, dt_bias, state0, meta)
+            state = state0.clone()
+            args = (qkv, a, b, A_log, dt_bias, state, meta, HK, DK, DV)
+            if name == "decode":
+                out = triton_gdn.gated_delta_recurrent(*args, pipelined=True)
+            else:
+                out = triton_gdn.gated_delta_prefill("triton", *args, pipelined=True)
+            report[f"{name}-programs{programs}-one_pass{form}"] = {
+                "out": (out - want).abs().max().item(),
+                "state": (state - want_state).abs().max().item(),
+                "others_untouched": all(
+                    torch.equal(state[s], state0[s]) for s in range(10) if s not in slots
+                ),
+            }
+print(json.dumps(report))
+"""
+
+
 # The capturable op (engine.piecewise_gdn): steps padded to a bucket of 96 tokens, their rows'
 # counts and chunk tables staged by StepInputs, the conv and Gated DeltaNet on grids set by the
 # bucket alone (`causal_conv` and `gated_delta_fixed_grid` on `batch.gdn_tables`), against the
@@ -332,6 +370,21 @@ def test_prefill_dispatch_splits_a_leading_run_of_one_token_rows_off_to_the_recu
             assert result["one_token_rows"] == count, (step, kind)
             split = kind in ("triton_split", "auto-split") and step != "one-token-rows"
             assert result["split_tables"] == split, (step, kind)
+
+
+def test_pipelined_decode_recurrence_equals_the_reference():
+    """engine.gdn_decode pipelined (`_gdn_decode_pipelined_kernel`): a decode step's rows (one
+    fresh) and a mixed step's leading decode rows, on fewer programs than tiles (each program
+    striding over several tiles, as on the GPU's SMS x PER_SM) and on one a tile, in both forms
+    of the update: outputs and final states equal the reference, other slots untouched."""
+    report = _interpret(REFERENCE + PIPELINED_CHECK)
+    assert set(report) == {
+        f"{s}-programs{p}-one_pass{f}"
+        for s in ("decode", "mixed") for p in (3, 1000) for f in (False, True)
+    }  # fmt: skip
+    for name, result in report.items():
+        assert result["out"] < 1e-5 and result["state"] < 1e-5, (name, result)
+        assert result["others_untouched"], name
 
 
 def test_fixed_grid_gated_deltanet_op_on_a_padded_step_equals_the_reference():

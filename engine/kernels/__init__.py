@@ -49,6 +49,7 @@ def build_ops(
     triton_launch: str = "jit",
     decode_attention: str = "flashinfer",
     pdl: bool = False,
+    gdn_decode: str = "grid",
 ):
     """The ops object a step's ForwardBatch carries for `model` on `device`; `slots` host
     buffers for the resources that declare `force_double_buffer`; `gdn_prefill` names the
@@ -60,7 +61,8 @@ def build_ops(
     ops' dense projections on torch's GEMM or ours for few rows (engine.dense_kernel);
     `triton_launch` sets how this process launches its Triton kernels (engine.triton_launch);
     `decode_attention` names the kernel of decode steps' attention (engine.decode_attention);
-    `pdl`: our kernels' launches programmatic (engine.pdl, triton_launch.py)."""
+    `pdl`: our kernels' launches programmatic (engine.pdl, triton_launch.py); `gdn_decode`:
+    the recurrence of decode rows on the grid or the pipelined kernel (engine.gdn_decode)."""
     if gdn_prefill not in GDN_PREFILL:
         raise ConfigError(
             f"engine.gdn_prefill must be one of {', '.join(GDN_PREFILL)}, got {gdn_prefill!r}"
@@ -79,5 +81,5 @@ def build_ops(
 
     return CudaOps(
         model, device, page_size, slots, gdn_prefill, decode_tensor_cores, piecewise_gdn, split,
-        gdn_split_from_tokens, dense_kernel, decode_attention,
+        gdn_split_from_tokens, dense_kernel, decode_attention, gdn_decode == "pipelined",
     )  # fmt: skip

@@ -66,8 +66,11 @@ class CudaOps:
         gdn_split_from_tokens: int = SPLIT_FROM_TOKENS,
         dense_kernel: str = "torch",
         decode_attention: str = "flashinfer",
+        pipelined_decode: bool = False,
     ):
         self.device = device
+        # engine.gdn_decode pipelined: decode rows' recurrence on the persistent kernel
+        self.pipelined_decode = pipelined_decode
         self.dense_kernel = dense_kernel  # engine.dense_kernel: "torch", "triton" or "head"
         # the cached path's LM head (tied: the embeddings; restricted: some of their rows)
         self.head = getattr(model, "step_head", None)
@@ -168,8 +171,9 @@ class CudaOps:
         shape = (layer.k_heads, layer.k_dim, layer.v_dim)
         if batch.gdn_tables is not None:
             return triton_gdn.gated_delta_fixed_grid(*args, *shape, split=self.gdn_split)
-        if not self._chunked:
-            return triton_gdn.gated_delta_recurrent(*args, *shape)
+        if not self._chunked:  # a decode step (one token a row), or fp32
+            pipelined = self.pipelined_decode and batch.is_decode
+            return triton_gdn.gated_delta_recurrent(*args, *shape, pipelined=pipelined)
         if self.gdn_prefill != "fla":
             return triton_gdn.gated_delta_prefill(
                 self.gdn_prefill,
@@ -177,6 +181,7 @@ class CudaOps:
                 *shape,
                 split=self.gdn_split,
                 split_from=self.gdn_split_from,
+                pipelined=self.pipelined_decode,
             )
         from fla.ops.gated_delta_rule import chunk_gated_delta_rule
 

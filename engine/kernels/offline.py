@@ -325,6 +325,7 @@ def _run_wrappers(dtype: torch.dtype) -> None:
         triton_gdn.gated_delta_chunked_split(*step.args, split=SplitConfig(chunk=chunk))
     for kind in ("triton", "triton_split"):  # row 0 (1 token) recurrent, the rest from ROW0=1
         triton_gdn.gated_delta_prefill(kind, *step.args)
+    triton_gdn.gated_delta_prefill("triton", *step.args, pipelined=True)  # engine.gdn_decode
     # the step padded to a bucket, its tables staged
     padded = SimpleNamespace(**vars(meta), gdn_tables=_staged_tables(SPLIT_DEFAULT.chunk))
     args = _bucket_args(step, padded, dtype)

@@ -248,35 +248,81 @@ def _recurrent_row(
     h, start, end, vd, vmask, sptr, state = _row_state_tile(
         STATE, CU, CACHED, SLOTS, row, HV, DK, DV, BV
     )
+    for t in range(start, end):
+        state = _token_update(
+            QKV, A, B, A_LOG, DT_BIAS, OUT, state, t, h, vd, vmask, stride_t, stride_ab, HK, HV,
+            scale, DK, DV, ONE_PASS,
+        )  # fmt: skip
+    tl.store(sptr, state.to(STATE.dtype.element_ty), mask=vmask[None, :])
+
+
+@triton.jit
+def _token_update(
+    QKV, A, B, A_LOG, DT_BIAS, OUT, state, t, h, vd, vmask, stride_t, stride_ab, HK, HV, scale,
+    DK: tl.constexpr, DV: tl.constexpr, ONE_PASS: tl.constexpr,
+):  # fmt: skip
+    """Token t of value head h on the fp32 state tile [DK, value columns vd]: its gates, q/k
+    l2 norms and scale, the delta rule's update; stores the token's output columns and
+    returns the updated state. ONE_PASS: see `_recurrent_row`."""
     hk = h // (HV // HK)  # each q/k head serves consecutive value heads
     kd = tl.arange(0, DK)
     a_log = tl.load(A_LOG + h).to(tl.float32)
     dt_bias = tl.load(DT_BIAS + h).to(tl.float32)
-    for t in range(start, end):
-        base = QKV + t * stride_t
-        q = tl.load(base + hk * DK + kd).to(tl.float32)
-        k = tl.load(base + HK * DK + hk * DK + kd).to(tl.float32)
-        v = tl.load(base + 2 * HK * DK + h * DV + vd, mask=vmask, other=0.0).to(tl.float32)
-        q = q / tl.sqrt(tl.sum(q * q, axis=0) + 1e-6) * scale
-        k = k / tl.sqrt(tl.sum(k * k, axis=0) + 1e-6)
-        a = tl.load(A + t * stride_ab + h).to(tl.float32) + dt_bias
-        softplus = tl.where(a > 20.0, a, tl.log(1.0 + tl.exp(tl.minimum(a, 20.0))))
-        g = -tl.exp(a_log) * softplus
-        beta = 1.0 / (1.0 + tl.exp(-tl.load(B + t * stride_ab + h).to(tl.float32)))
-        if ONE_PASS:
-            decay = tl.exp(g)
-            sk = tl.sum(state * k[:, None], axis=0)
-            sq = tl.sum(state * q[:, None], axis=0)
-            delta = beta * (v - decay * sk)
-            out = decay * sq + tl.sum(k * q, axis=0) * delta
-            state = state * decay + k[:, None] * delta[None, :]
-        else:
-            state = state * tl.exp(g)
-            predicted = tl.sum(state * k[:, None], axis=0)
-            state = state + k[:, None] * (beta * (v - predicted))[None, :]
-            out = tl.sum(state * q[:, None], axis=0)
-        tl.store(OUT + (t * HV + h) * DV + vd, out.to(OUT.dtype.element_ty), mask=vmask)
-    tl.store(sptr, state.to(STATE.dtype.element_ty), mask=vmask[None, :])
+    base = QKV + t * stride_t
+    q = tl.load(base + hk * DK + kd).to(tl.float32)
+    k = tl.load(base + HK * DK + hk * DK + kd).to(tl.float32)
+    v = tl.load(base + 2 * HK * DK + h * DV + vd, mask=vmask, other=0.0).to(tl.float32)
+    q = q / tl.sqrt(tl.sum(q * q, axis=0) + 1e-6) * scale
+    k = k / tl.sqrt(tl.sum(k * k, axis=0) + 1e-6)
+    a = tl.load(A + t * stride_ab + h).to(tl.float32) + dt_bias
+    softplus = tl.where(a > 20.0, a, tl.log(1.0 + tl.exp(tl.minimum(a, 20.0))))
+    g = -tl.exp(a_log) * softplus
+    beta = 1.0 / (1.0 + tl.exp(-tl.load(B + t * stride_ab + h).to(tl.float32)))
+    if ONE_PASS:
+        decay = tl.exp(g)
+        sk = tl.sum(state * k[:, None], axis=0)
+        sq = tl.sum(state * q[:, None], axis=0)
+        delta = beta * (v - decay * sk)
+        out = decay * sq + tl.sum(k * q, axis=0) * delta
+        state = state * decay + k[:, None] * delta[None, :]
+    else:
+        state = state * tl.exp(g)
+        predicted = tl.sum(state * k[:, None], axis=0)
+        state = state + k[:, None] * (beta * (v - predicted))[None, :]
+        out = tl.sum(state * q[:, None], axis=0)
+    tl.store(OUT + (t * HV + h) * DV + vd, out.to(OUT.dtype.element_ty), mask=vmask)
+    return state
+
+
+@bound
+@triton.jit(do_not_specialize=["tiles"])
+def _gdn_decode_pipelined_kernel(
+    QKV, A, B, A_LOG, DT_BIAS, STATE, OUT, CU, CACHED, SLOTS, tiles, stride_t, stride_ab, HK,
+    HV, scale, DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr, STAGES: tl.constexpr,
+    ONE_PASS: tl.constexpr, PDL: tl.constexpr = False,
+):  # fmt: skip
+    """Rows of one token each (a decode step's; `engine.gdn_decode: pipelined`): `tiles` =
+    rows x value heads x value blocks, which the programs stride over, each tile's state read
+    STAGES - 1 tiles ahead of its use (Triton's pipeliner: cp.async into shared memory) so
+    that the fp32 state streams in while the tile before computes and stores. The same
+    arithmetic as `_recurrent_row` on one token."""
+    pdl_start(PDL)
+    blocks = tl.cdiv(DV, BV)
+    kd = tl.arange(0, DK)
+    for tile in tl.range(tl.program_id(0), tiles, tl.num_programs(0), num_stages=STAGES):
+        row = tile // (blocks * HV)
+        h = (tile // blocks) % HV
+        vd = (tile % blocks) * BV + tl.arange(0, BV)
+        vmask = vd < DV
+        keep = tl.load(CACHED + row) > 0
+        slot = tl.load(SLOTS + row).to(tl.int64)
+        sptr = STATE + ((slot * HV + h) * DK + kd[:, None]) * DV + vd[None, :]
+        state = tl.load(sptr, mask=vmask[None, :] & keep, other=0.0).to(tl.float32)
+        state = _token_update(
+            QKV, A, B, A_LOG, DT_BIAS, OUT, state, tl.load(CU + row), h, vd, vmask, stride_t,
+            stride_ab, HK, HV, scale, DK, DV, ONE_PASS,
+        )  # fmt: skip
+        tl.store(sptr, state.to(STATE.dtype.element_ty), mask=vmask[None, :])
 
 
 # The recurrence's launch (a decode step's Gated DeltaNet, the leading one-token rows of a
@@ -292,19 +338,55 @@ RECURRENT_BV, RECURRENT_WARPS = 64, 4
 RECURRENT_ONE_PASS = False
 
 
+# `engine.gdn_decode: pipelined` (`_gdn_decode_pipelined_kernel`): value columns a tile, warps
+# and programs an SM, and the pipeline's stages (2: one tile's state in flight ahead; the
+# sm_90 compile at BV 64: 167 registers, so 3 programs of 4 warps an SM, and 34 KB of shared
+# memory). Not yet measured on a GPU: `bench_gdn_kernels --recurrent` times the pipelined
+# form under each launch of its PIPELINED_SWEEP beside the grid's.
+PIPELINED_BV, PIPELINED_WARPS, PIPELINED_PER_SM, PIPELINED_STAGES = 64, 4, 3, 2
+SMS = 132  # the H200's streaming multiprocessors
+
+
 def gated_delta_recurrent(
     qkv, a, b, A_log, dt_bias, ssm_state, meta, k_heads, k_dim, v_dim,
     row0: int = 0, rows: int | None = None, out: torch.Tensor | None = None,
+    pipelined: bool = False,
 ):  # fmt: skip
     """qkv [T, 2*Hk*K + Hv*V] (the conv's output, [q | k | v]); a, b [T, Hv] (rows may be
     strided). Returns o [T, Hv, V] in qkv's dtype; each row's slot of ssm_state is updated.
     `rows` rows from `row0` (default: every row from `row0` on) run, their tokens written into
-    `out` where given (the other rows' tokens are left as they are)."""
+    `out` where given (the other rows' tokens are left as they are). `pipelined`: every row
+    has one token and starts at row 0 (a decode step's, a mixed step's leading rows): the
+    persistent, pipelined kernel (`engine.gdn_decode: pipelined`) runs them."""
+    if pipelined:
+        return _decode_pipelined(
+            qkv, a, b, A_log, dt_bias, ssm_state, meta, k_heads, k_dim, v_dim, rows, out
+        )
     return _launch(
         _gdn_recurrent_kernel, qkv, a, b, A_log, dt_bias, ssm_state, meta, k_heads, k_dim, v_dim,
         row0, rows, out, bv=RECURRENT_BV, num_warps=RECURRENT_WARPS, PERSISTENT=False,
         ONE_PASS=RECURRENT_ONE_PASS,
     )  # fmt: skip
+
+
+def _decode_pipelined(
+    qkv, a, b, A_log, dt_bias, ssm_state, meta, k_heads, k_dim, v_dim, rows, out
+) -> torch.Tensor:
+    """`gated_delta_recurrent` on `rows` one-token rows from row 0, on min(tiles, SMS x
+    PIPELINED_PER_SM) programs: a grid set by the row count alone (a decode graph's bucket)."""
+    v_heads = a.shape[1]
+    out = _output(qkv, v_heads, v_dim, out)
+    rows = meta.num_rows if rows is None else rows
+    bv = min(PIPELINED_BV, triton.next_power_of_2(v_dim))
+    tiles = rows * v_heads * triton.cdiv(v_dim, bv)
+    if qkv.shape[0] and tiles:
+        _gdn_decode_pipelined_kernel[(min(tiles, SMS * PIPELINED_PER_SM),)](
+            qkv, a, b, A_log, dt_bias, ssm_state, out, meta.cu_seqlens, meta.cached,
+            meta.state_slots, tiles, qkv.stride(0), a.stride(0), k_heads, v_heads, k_dim**-0.5,
+            DK=k_dim, DV=v_dim, BV=bv, STAGES=PIPELINED_STAGES, ONE_PASS=RECURRENT_ONE_PASS,
+            num_warps=PIPELINED_WARPS,
+        )  # fmt: skip
+    return out
 
 
 def _output(qkv, v_heads: int, v_dim: int, out: torch.Tensor | None) -> torch.Tensor:
@@ -789,18 +871,19 @@ def _one_token_rows(meta) -> int:
 def gated_delta_prefill(
     kind: str, qkv, a, b, A_log, dt_bias, ssm_state, meta, k_heads, k_dim, v_dim,
     split: SplitConfig = SPLIT_DEFAULT, split_from: int = SPLIT_FROM_TOKENS,
+    pipelined: bool = False,
 ) -> torch.Tensor:  # fmt: skip
     """`gated_delta_recurrent`'s contract for a prefill or mixed step: the leading rows of one
-    new token (a mixed step's decode rows) through the recurrence, which costs them a token's
-    work instead of a whole chunk's program, and the rest through the chunked kernel `kind`
-    (PREFILL_KINDS; `auto`: the split one when the longest row is `split_from` tokens or more;
-    the split one launched as `split` says), both writing into one output. Rows of one token
-    later in the batch stay chunked."""
+    new token (a mixed step's decode rows) through the recurrence (`pipelined`: its
+    persistent, pipelined form), which costs them a token's work instead of a whole chunk's
+    program, and the rest through the chunked kernel `kind` (PREFILL_KINDS; `auto`: the split
+    one when the longest row is `split_from` tokens or more; the split one launched as `split`
+    says), both writing into one output. Rows of one token later in the batch stay chunked."""
     if kind not in PREFILL_KINDS:
         raise ValueError(f"kind must be one of {', '.join(PREFILL_KINDS)}, got {kind!r}")
     args = (qkv, a, b, A_log, dt_bias, ssm_state, meta, k_heads, k_dim, v_dim)
     single = _one_token_rows(meta)
-    out = gated_delta_recurrent(*args, rows=single)
+    out = gated_delta_recurrent(*args, rows=single, pipelined=pipelined)
     if single == meta.num_rows:
         return out
     if kind == "auto":

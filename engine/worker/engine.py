@@ -137,7 +137,7 @@ class Engine:
             config.kernels, model, self.device, config.page_size, slots, config.gdn_prefill,
             config.decode_tensor_cores, config.piecewise_gdn, config.gdn_split,
             config.gdn_split_from_tokens, config.dense_kernel, config.triton_launch,
-            config.decode_attention, config.pdl,
+            config.decode_attention, config.pdl, config.gdn_decode,
         )  # fmt: skip
         max_pages = self.cache.pages_for(config.max_model_len)
         self.inputs = StepInputs(
