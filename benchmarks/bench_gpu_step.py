@@ -229,7 +229,7 @@ def main(argv: list[str] | None = None) -> None:
             f"{stats.render(prefill)} over {prefill.n} steps"
         )
     if args.replays:  # last: the replays leave the batch's state as no real step would
-        times = _replay_times(engine, args.replays)
+        times = _replay_times(engine, args.replays, args.profile and f"{args.profile}.replays")
         print(
             f"decode graph replay, batch {args.batch}, pdl {args.pdl}, dense "
             f"{args.dense_kernel}, gdn decode {args.gdn_decode}: "
@@ -238,13 +238,27 @@ def main(argv: list[str] | None = None) -> None:
         )
 
 
-def _replay_times(engine: Engine, replays: int) -> list[float]:
+def _replay_times(engine: Engine, replays: int, profile: str | None = None) -> list[float]:
     """ms a replay of the next decode step's graph, in 5 runs of `replays` back-to-back replays
     timed by CUDA events (staged once: each replay reruns the same step's kernels on the state
-    the last one left, which is what a decode step's device time depends on)."""
+    the last one left, which is what a decode step's device time depends on). `profile`: then
+    20 replays under the torch profiler, their GPU busy time and op table written there (to
+    set beside bench_decode_loop's profile of the served loop's iterations)."""
     if engine.graphs is None:
         raise SystemExit("--replays needs --graphs")
     step = engine.graphs.replay(engine.scheduler.schedule())
+    if profile:
+
+        def replay_and_wait() -> None:
+            step.graph.replay()
+            torch.cuda.synchronize()
+
+        done = device_streams.profile_calls(replay_and_wait, 20, cuda=True)
+        busy = device_streams.busy_us(done.spans) / 20
+        Path(profile).write_text(
+            f"GPU busy {busy / 1e3:.3f} ms a replay of {done.wall_us / 20 / 1e3:.3f} ms wall "
+            f"(each replay waited for) over 20 replays\n{done.op_tables}"
+        )
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     times = []
     for _ in range(6):

@@ -349,7 +349,7 @@ for stage in "${stages[@]}"; do
         | tee "$OUT/gdn_pipelined.log"
       for form in grid pipelined; do
         timeout 100 python3 -m benchmarks.bench_gpu_step --batch 64 --context 512 --graphs \
-          --steps 50 --gdn-decode $form --replays 200 2>&1 \
+          --steps 50 --gdn-decode $form --replays 200 --profile "$OUT/step_$form.txt" 2>&1 \
           | grep -E "decode step|replay|Error|error" | tee -a "$OUT/bench_pipelined.log"
       done ;;
     loop)  # the served decode iteration apart (benchmarks/bench_decode_loop.py): 0.8b's worker,
