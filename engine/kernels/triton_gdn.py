@@ -359,6 +359,8 @@ def gated_delta_recurrent(
     has one token and starts at row 0 (a decode step's, a mixed step's leading rows): the
     persistent, pipelined kernel (`engine.gdn_decode: pipelined`) runs them."""
     if pipelined:
+        if row0:
+            raise ValueError(f"the pipelined recurrence runs rows from 0, got row0={row0}")
         return _decode_pipelined(
             qkv, a, b, A_log, dt_bias, ssm_state, meta, k_heads, k_dim, v_dim, rows, out
         )
