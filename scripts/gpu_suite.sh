@@ -4,7 +4,7 @@
 #   mixed | splitstep | splittune | stacks | accuracy | gdn | gdncap | gdnbench | run | evidence |
 #   orpheus | orpheus_step | orpheus_iter | masked | statesteps | figures | decode_attn |
 #   decode_attn_3b | decode_tests | codec | codec_folded | codec_next | codec_overlap |
-#   codec_kernels | gemm | launch | kept | recurrent | pdl_tests | pdl | loop | pipelined |
+#   codec_kernels | gemm | launch | kept | recurrent | pdl_tests | pdl | loop | pipelined | closed |
 #   all
 # with carry [".whl", ".jitcache"]. Logs go under $OUT (default ./gpu-out). JIT caches
 # (FlashInfer, Triton) are restored from .jitcache/ when present and saved to $OUT/jit-*.
@@ -351,6 +351,16 @@ for stage in "${stages[@]}"; do
         timeout 100 python3 -m benchmarks.bench_gpu_step --batch 64 --context 512 --graphs \
           --steps 50 --gdn-decode $form --replays 200 --profile "$OUT/step_$form.txt" 2>&1 \
           | grep -E "decode step|replay|Error|error" | tee -a "$OUT/bench_pipelined.log"
+      done ;;
+    closed)  # the c=64 server's closed loop in process (bench_decode_loop --closed: each request
+      # that ends replaced at once, the scenario's lengths, prefill steps and the hold as
+      # served, no HTTP): output tok/s, decode and prompt iterations apart with their host
+      # and wait spans, on the defaults and with each candidate (CLOSED_ARGS: extra options of
+      # every run). ~45 s a run.
+      for opts in "" "--pdl" "--gdn-decode pipelined" "--pdl --gdn-decode pipelined"; do
+        timeout 120 python3 -m benchmarks.bench_decode_loop --size 0.8b --closed \
+          --iterations 3000 $opts ${CLOSED_ARGS:-} 2>&1 | grep -v "^USDT" \
+          | tee -a "$OUT/bench_closed.log" | grep -E "closed loop|iterations:|Error|error"
       done ;;
     loop)  # the served decode iteration apart (benchmarks/bench_decode_loop.py): 0.8b's worker,
       # 64 requests of 512 tokens decoding, strict and overlapped loops, pdl off and on: the
