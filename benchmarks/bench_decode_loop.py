@@ -50,7 +50,7 @@ import torch
 from benchmarks import device_streams, stats
 from benchmarks.bench_gpu_step import prompt_ids
 from benchmarks.options import LOOPS, LoopSettings, positive_int
-from engine.config import DENSE_KERNELS, GDN_DECODES, load_scenario
+from engine.config import DENSE_KERNELS, GDN_DECODES, load_scenario, parse_overrides
 from engine.messages import AddRequest, StepFrames, encode
 from engine.spans import PREFILL_STEPS, ROWS_PER_STEP
 from engine.worker.main import build_worker
@@ -66,6 +66,7 @@ class Settings(LoopSettings):
     # lengths drawn from the scenario's load (ignore_eos): the server's closed loop at
     # c=requests without HTTP, prefill steps and the hold included (`prompt` unused)
     closed: bool = False
+    overrides: dict = field(default_factory=dict)  # `--set`: the scenario's, as bench's --set
 
 
 @dataclass
@@ -87,7 +88,7 @@ class LoopRun:
 
 
 def measure(settings: Settings) -> LoopRun:
-    scenario = load_scenario("qwen35", settings.size)
+    scenario = load_scenario("qwen35", settings.size, settings.overrides)
     config = replace(scenario.engine, overlap=settings.loop == "overlapped", **settings.engine)
     if settings.device is not None:
         config = replace(config, device=settings.device)
@@ -104,7 +105,10 @@ def measure(settings: Settings) -> LoopRun:
     run = LoopRun(
         settings,
         f"device {config.device}, graphs {engine.graphs is not None}, pdl {config.pdl}, "
-        f"dense {config.dense_kernel}, gdn decode {config.gdn_decode}",
+        f"dense {config.dense_kernel}, gdn decode {config.gdn_decode}"
+        + "".join(
+            f", {key} {_setting(config, key, value)}" for key, value in settings.overrides.items()
+        ),
     )
     arrivals = Arrivals(worker, scenario, settings, needed)
     for _ in range(settings.requests):
@@ -132,6 +136,13 @@ def measure(settings: Settings) -> LoopRun:
     if settings.profile_iterations:
         _profile(worker, run, settings.profile_iterations)
     return run
+
+
+def _setting(config, key: str, given):
+    """What the built engine holds for an override (an engine setting's value as the worker
+    got it; another section's as given)."""
+    section, _, name = key.partition(".")
+    return getattr(config, name) if section == "engine" else given
 
 
 class Sent:
@@ -270,6 +281,10 @@ def main(argv: list[str] | None = None) -> int:
         help="replace each request that ends by a new one, lengths from the scenario's load "
         "(the server's closed loop without HTTP); --warmup then defaults to 1000",
     )  # fmt: skip
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+        help="a scenario setting, as bench's overrides (e.g. engine.triton_launch=bound)",
+    )  # fmt: skip
     parser.add_argument("--pdl", action=argparse.BooleanOptionalAction, default=None)
     parser.add_argument("--dense-kernel", default=None, choices=list(DENSE_KERNELS))
     parser.add_argument("--gdn-decode", default=None, choices=list(GDN_DECODES))
@@ -280,11 +295,16 @@ def main(argv: list[str] | None = None) -> int:
     chosen = {"pdl": args.pdl, "dense_kernel": args.dense_kernel, "gdn_decode": args.gdn_decode}
     engine = {key: value for key, value in chosen.items() if value is not None}
     failed = False
+    try:
+        overrides = parse_overrides(",".join(args.set))
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     for loop in LOOPS[args.loop]:
         warmup = args.warmup if args.warmup is not None else (1000 if args.closed else 20)
         settings = Settings(
             size, args.device, loop, args.requests, args.prompt, warmup, args.iterations,
-            args.profile_iterations if args.profile else 0, engine, args.closed,
+            args.profile_iterations if args.profile else 0, engine, args.closed, overrides,
         )  # fmt: skip
         try:
             run = measure(settings)

@@ -356,8 +356,10 @@ for stage in "${stages[@]}"; do
       # that ends replaced at once, the scenario's lengths, prefill steps and the hold as
       # served, no HTTP): output tok/s, decode and prompt iterations apart with their host
       # and wait spans, on the defaults and with each candidate (CLOSED_ARGS: extra options of
-      # every run). ~45 s a run.
-      for opts in "" "--pdl" "--gdn-decode pipelined" "--pdl --gdn-decode pipelined"; do
+      # every run): PDL, the pipelined recurrence, both, kept launches and captured Gated
+      # DeltaNet (the last two for the prefill steps). ~45 s a run, ~5 minutes.
+      for opts in "" "--pdl" "--gdn-decode pipelined" "--pdl --gdn-decode pipelined" \
+        "--set engine.triton_launch=bound" "--set engine.piecewise_gdn=true"; do
         timeout 120 python3 -m benchmarks.bench_decode_loop --size 0.8b --closed \
           --iterations 3000 $opts ${CLOSED_ARGS:-} 2>&1 | grep -v "^USDT" \
           | tee -a "$OUT/bench_closed.log" | grep -E "closed loop|iterations:|Error|error"

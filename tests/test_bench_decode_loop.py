@@ -58,3 +58,17 @@ def test_the_closed_loop_replaces_each_request_that_ends_and_splits_the_iteratio
     assert "closed loop, qwen35 tiny, c=4" in text and "output tok/s over 40 iterations" in text
     assert "decode iterations:" in text and "prompt iterations:" in text
     assert "DOUBTFUL" not in text  # prompt work is the closed loop's own
+
+
+def test_a_scenario_setting_reaches_the_worker_and_a_bad_one_is_one_line(capsys):
+    """--set: a scenario setting as bench's overrides (the closed stage's candidates, e.g.
+    engine.prefill_hold_steps); a bad one is refused before any worker starts."""
+    argv = ["--size", "tiny", "--device", "cpu", "--requests", "3", "--prompt", "16",
+            "--iterations", "4", "--warmup", "1", "--set", "engine.prefill_hold_steps=5"]  # fmt: skip
+    assert bench_decode_loop.main(argv) == 0
+    assert "engine.prefill_hold_steps 5" in capsys.readouterr().out  # as the worker's config
+    bad = ["--size", "tiny", "--device", "cpu", "--set", "engine.gdn_decode=fast"]
+    assert bench_decode_loop.main(bad) == 2
+    assert "engine.gdn_decode must be one of grid, pipelined" in capsys.readouterr().err
+    assert bench_decode_loop.main(["--size", "tiny", "--set", "engine.mixing"]) == 2
+    assert "is not key=value" in capsys.readouterr().err
