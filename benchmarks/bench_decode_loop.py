@@ -57,16 +57,18 @@ from engine.worker.main import build_worker
 from engine.worker.timing import PhaseTimer
 
 NEVER = 10**9  # a PhaseTimer period that never flushes: the spans stay to be read
+# the settings every run's line names (as the built engine holds them), whatever was given
+NAMED = {"engine.pdl": "pdl", "engine.dense_kernel": "dense", "engine.gdn_decode": "gdn decode"}
 
 
 @dataclass(frozen=True)
 class Settings(LoopSettings):
-    engine: dict = field(default_factory=dict)  # settings over the scenario's (pdl, ...)
     # closed: each request that ends is replaced at once by a new one, prompt and output
     # lengths drawn from the scenario's load (ignore_eos): the server's closed loop at
     # c=requests without HTTP, prefill steps and the hold included (`prompt` unused)
     closed: bool = False
-    overrides: dict = field(default_factory=dict)  # `--set`: the scenario's, as bench's --set
+    # settings over the scenario's, as bench's overrides (`--set`, `--pdl`, ...)
+    overrides: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -89,7 +91,7 @@ class LoopRun:
 
 def measure(settings: Settings) -> LoopRun:
     scenario = load_scenario("qwen35", settings.size, settings.overrides)
-    config = replace(scenario.engine, overlap=settings.loop == "overlapped", **settings.engine)
+    config = replace(scenario.engine, overlap=settings.loop == "overlapped")
     if settings.device is not None:
         config = replace(config, device=settings.device)
     needed = settings.warmup + settings.iterations + settings.profile_iterations + 16
@@ -102,14 +104,14 @@ def measure(settings: Settings) -> LoopRun:
     sent = Sent()
     worker = build_worker(scenario.model, config, timer, sent)
     engine = worker.engine
-    run = LoopRun(
-        settings,
-        f"device {config.device}, graphs {engine.graphs is not None}, pdl {config.pdl}, "
-        f"dense {config.dense_kernel}, gdn decode {config.gdn_decode}"
-        + "".join(
-            f", {key} {_setting(config, key, value)}" for key, value in settings.overrides.items()
-        ),
-    )
+    named = [f"{label} {_setting(config, key, None)}" for key, label in NAMED.items()]
+    others = [
+        f"{key} {_setting(config, key, value)}"
+        for key, value in settings.overrides.items()
+        if key not in NAMED
+    ]
+    built = [f"device {config.device}", f"graphs {engine.graphs is not None}", *named, *others]
+    run = LoopRun(settings, ", ".join(built))
     arrivals = Arrivals(worker, scenario, settings, needed)
     for _ in range(settings.requests):
         arrivals.add()
@@ -292,19 +294,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile-iterations", type=positive_int, default=20)
     args = parser.parse_args(argv)
     size = args.size or load_scenario("qwen35").size
-    chosen = {"pdl": args.pdl, "dense_kernel": args.dense_kernel, "gdn_decode": args.gdn_decode}
-    engine = {key: value for key, value in chosen.items() if value is not None}
     failed = False
     try:
         overrides = parse_overrides(",".join(args.set))
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    flags = {"pdl": args.pdl, "dense_kernel": args.dense_kernel, "gdn_decode": args.gdn_decode}
+    overrides |= {f"engine.{key}": value for key, value in flags.items() if value is not None}
     for loop in LOOPS[args.loop]:
         warmup = args.warmup if args.warmup is not None else (1000 if args.closed else 20)
         settings = Settings(
             size, args.device, loop, args.requests, args.prompt, warmup, args.iterations,
-            args.profile_iterations if args.profile else 0, engine, args.closed, overrides,
+            args.profile_iterations if args.profile else 0, args.closed, overrides,
         )  # fmt: skip
         try:
             run = measure(settings)

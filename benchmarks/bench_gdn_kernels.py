@@ -386,7 +386,6 @@ def run_recurrent(
                 measure(bench, sample, SPLIT_DEFAULT, want)
                 samples.append(sample)
                 show(sample)
-            pipelined_launch(triton_gdn, pipelined)
     finally:
         triton_gdn.RECURRENT_BV, triton_gdn.RECURRENT_WARPS = default
         triton_gdn.RECURRENT_ONE_PASS = one_pass

@@ -181,17 +181,10 @@ class EngineConfig:
         split_setting(self.gdn_split)
         check_dense_kernel(self.dense_kernel)
         check_decode_attention(self.decode_attention)
-        if self.gdn_decode not in GDN_DECODES:
-            raise ConfigError(
-                f"engine.gdn_decode must be one of {', '.join(GDN_DECODES)}, got {self.gdn_decode!r}"
-            )
+        check_one_of("engine.gdn_decode", self.gdn_decode, GDN_DECODES)
         if self.pdl and self.device != "cuda":
             raise ConfigError("engine.pdl needs engine.device: cuda (Hopper's launch control)")
-        if self.triton_launch not in TRITON_LAUNCHES:
-            raise ConfigError(
-                f"engine.triton_launch must be one of {', '.join(TRITON_LAUNCHES)}, "
-                f"got {self.triton_launch!r}"
-            )
+        check_one_of("engine.triton_launch", self.triton_launch, TRITON_LAUNCHES)
 
 
 DENSE_KERNELS = ("torch", "triton", "head")  # engine.dense_kernel
@@ -211,18 +204,18 @@ def split_setting(text: str):
         raise ConfigError(f"engine.gdn_split: {exc}") from None
 
 
+def check_one_of(setting: str, value, choices) -> None:
+    """A ConfigError naming `setting` unless `value` is one of `choices`."""
+    if value not in choices:
+        raise ConfigError(f"{setting} must be one of {', '.join(choices)}, got {value!r}")
+
+
 def check_dense_kernel(name: str) -> None:
-    if name not in DENSE_KERNELS:
-        raise ConfigError(
-            f"engine.dense_kernel must be one of {', '.join(DENSE_KERNELS)}, got {name!r}"
-        )
+    check_one_of("engine.dense_kernel", name, DENSE_KERNELS)
 
 
 def check_decode_attention(name: str) -> None:
-    if name not in DECODE_ATTENTIONS:
-        raise ConfigError(
-            f"engine.decode_attention must be one of {', '.join(DECODE_ATTENTIONS)}, got {name!r}"
-        )
+    check_one_of("engine.decode_attention", name, DECODE_ATTENTIONS)
 
 
 @dataclass(frozen=True)
@@ -251,8 +244,7 @@ class LoadProfile:
     api: str = "completions"
 
     def __post_init__(self) -> None:
-        if self.api not in APIS:
-            raise ConfigError(f"load.api must be one of {', '.join(APIS)}, got {self.api!r}")
+        check_one_of("load.api", self.api, APIS)
 
 
 @dataclass(frozen=True)

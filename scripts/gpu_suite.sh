@@ -367,8 +367,8 @@ for stage in "${stages[@]}"; do
     loop)  # the served decode iteration apart (benchmarks/bench_decode_loop.py): 0.8b's worker,
       # 64 requests of 512 tokens decoding, strict and overlapped loops, pdl off and on: the
       # iteration, the worker's spans (host work vs the completion wait), the GPU's busy time
-      # an iteration (profiled). Session 16: pdl took 5.8% off the graph, 1.6% off the served
-      # ITL; this says what bounds the loop. ~40 s a worker, 4 of them.
+      # an iteration (profiled). Session 16 (overlapped, 150 iterations): GPU-bound, 2.205 ms
+      # an iteration, 2.163 with pdl (docs/BENCHMARKS.md). ~40 s a worker, 4 of them.
       for pdl in no-pdl pdl; do
         timeout 200 python3 -m benchmarks.bench_decode_loop --size 0.8b --loop both --$pdl \
           --profile "$OUT/loop_$pdl.txt" 2>&1 | grep -v "^USDT" | tee -a "$OUT/bench_loop.log"

@@ -11,7 +11,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from engine.config import ConfigError, check_decode_attention, check_dense_kernel, split_setting
+from engine.config import (
+    ConfigError,
+    check_decode_attention,
+    check_dense_kernel,
+    check_one_of,
+    split_setting,
+)
 from engine.kernels.gdn_config import SPLIT_FROM_TOKENS
 
 if TYPE_CHECKING:  # torch is not imported here: engine.config reads gdn_config, this package's
@@ -25,8 +31,7 @@ GDN_PREFILL = ("fla", "triton", "triton_split", "auto")
 
 
 def resolve_backend(name: str, device: torch.device) -> str:
-    if name not in BACKENDS:
-        raise ConfigError(f"engine.kernels must be one of {', '.join(BACKENDS)}, got {name!r}")
+    check_one_of("engine.kernels", name, BACKENDS)
     if name == "auto":
         return "cuda" if device.type == "cuda" else "torch"
     if name == "cuda" and device.type != "cuda":
@@ -63,10 +68,7 @@ def build_ops(
     `decode_attention` names the kernel of decode steps' attention (engine.decode_attention);
     `pdl`: our kernels' launches programmatic (engine.pdl, triton_launch.py); `gdn_decode`:
     the recurrence of decode rows on the grid or the pipelined kernel (engine.gdn_decode)."""
-    if gdn_prefill not in GDN_PREFILL:
-        raise ConfigError(
-            f"engine.gdn_prefill must be one of {', '.join(GDN_PREFILL)}, got {gdn_prefill!r}"
-        )
+    check_one_of("engine.gdn_prefill", gdn_prefill, GDN_PREFILL)
     split = split_setting(gdn_split)
     check_dense_kernel(dense_kernel)
     check_decode_attention(decode_attention)

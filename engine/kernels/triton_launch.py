@@ -27,8 +27,8 @@ the kernel is kept. The runner of the last grid is kept too: `compiled[grid]` is
 the grid alone, which reads the current stream and Triton's hooks at each call.
 
 Programmatic dependent launch (`engine.pdl`, Hopper and later): a kernel with a `PDL`
-constexpr parameter calls `triton_pdl.pdl_start(PDL)` before it reads or writes anything a kernel before
-it may touch. With `PDL_ON` set, every launch of such a kernel passes `PDL=True` and Triton's
+constexpr parameter calls `triton_pdl.pdl_start(PDL)` before it reads or writes anything a
+kernel before it may touch. With `PDL_ON` set, every launch of such a kernel passes `PDL=True` and Triton's
 `launch_pdl=True`: the launch carries CUDA's programmatic stream serialisation attribute (in a
 CUDA graph, a programmatic edge), so the GPU may start its programs while the kernel before it
 still runs; `pdl_start` then lets the kernel after it launch early too

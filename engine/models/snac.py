@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from engine.config import ConfigError
+from engine.config import check_one_of
 from engine.models.random_weights import on_meta, random_model, seeded
 
 # engine.codec_kernels: the torch reference; each Snake one Triton kernel; and each residual
@@ -294,14 +294,8 @@ class SnacDecoder(nn.Module):
         """`kernels`: one of CODEC_KERNELS (engine.codec_kernels), `sine` one of CODEC_SINES
         (engine.codec_sine, the Triton kernels' sines), for CUDA tensors."""
         super().__init__()
-        if kernels not in CODEC_KERNELS:
-            raise ConfigError(
-                f"engine.codec_kernels must be one of {', '.join(CODEC_KERNELS)}, got {kernels!r}"
-            )
-        if sine not in CODEC_SINES:
-            raise ConfigError(
-                f"engine.codec_sine must be one of {', '.join(CODEC_SINES)}, got {sine!r}"
-            )
+        check_one_of("engine.codec_kernels", kernels, CODEC_KERNELS)
+        check_one_of("engine.codec_sine", sine, CODEC_SINES)
         self.config = config
         self.kernels, self.sine = kernels, sine
         self.quantizer = ResidualQuantizer(config)

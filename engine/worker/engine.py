@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from engine.cache import KVCache
-from engine.config import ConfigError, EngineConfig
+from engine.config import ConfigError, EngineConfig, check_one_of
 from engine.kernels import build_ops
 from engine.layers.sampler import SamplingParams, window_logits
 from engine.messages import AddRequest
@@ -111,11 +111,7 @@ class Engine:
         self.config = config
         self.device = torch.device(config.device)
         param = next(model.parameters())
-        if config.state_dtype not in STATE_DTYPES:
-            raise ConfigError(
-                f"engine.state_dtype must be one of {', '.join(STATE_DTYPES)}, "
-                f"got {config.state_dtype!r}"
-            )
+        check_one_of("engine.state_dtype", config.state_dtype, STATE_DTYPES)
         self.cache = KVCache(
             model.cache_shapes(),
             config.kv_pages,
