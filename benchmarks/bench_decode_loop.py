@@ -136,7 +136,7 @@ def measure(settings: Settings) -> LoopRun:
     run.prefill_steps = sum(run.prompt_work)
     run.admitted = arrivals.next_rid
     if settings.profile_iterations:
-        _profile(worker, run, settings.profile_iterations)
+        _profile(worker, arrivals, sent, run, settings.profile_iterations)
     return run
 
 
@@ -197,9 +197,16 @@ class Arrivals:
                 self.add()
 
 
-def _profile(worker, run: LoopRun, iterations: int) -> None:
+def _profile(worker, arrivals: Arrivals, sent: Sent, run: LoopRun, iterations: int) -> None:
+    """The profiled iterations go on as the measured ones (closed: arrivals replaced, so
+    they hold prompt iterations in the measured proportion)."""
+
+    def iteration() -> None:
+        worker.iteration()
+        arrivals.replace(sent.take_finished())
+
     cuda = worker.engine.device.type == "cuda"
-    done = device_streams.profile_calls(worker.iteration, iterations, cuda)
+    done = device_streams.profile_calls(iteration, iterations, cuda)
     run.profile_wall_us, run.device, run.op_tables = done.wall_us, done.spans, done.op_tables
 
 

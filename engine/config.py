@@ -30,6 +30,15 @@ class EngineConfig:
     max_rows: int = 256  # rows (requests) in one step
     max_tokens_per_step: int = 2048  # tokens in one step; longer prompts are chunked
     mixing: bool = False  # may prefill rows join a decode step
+    # Mixed steps (prompt rows join decode steps, as with `mixing`) in two launches back to
+    # back on the stream: the decode rows replay their decode graph, then the prompt rows run
+    # on the piecewise runner (or eagerly), where `mixing` alone runs every row of a mixed
+    # step through the piecewise runner. The decode rows keep their graph's cost, and the
+    # host plans the prompt rows while the GPU runs the decode graph and the step before it
+    # (a prompt no longer holds every decoding row up for its host's launches). Two stagings
+    # a step: each staged host buffer and FlashInfer plan waits for its last copy first
+    # (INVARIANTS 64). Turns mixing's scheduling on whatever `mixing` says.
+    split_mixed: bool = False
     # A new request's prefill may wait up to this many steps while other rows decode, so that
     # requests arriving a few steps apart prefill together: fewer prefill steps (each holds up
     # every decoding row, and costs the host about as much for one row as for four) for a
@@ -174,6 +183,11 @@ class EngineConfig:
     warmup: bool = True
     # Planted slowdown of the worker loop, for `bench power` and harness tests only.
     planted_delay_us: int = 0
+
+    @property
+    def mixes(self) -> bool:
+        """Whether prompt rows join decode steps (`mixing`, or `split_mixed`'s two launches)."""
+        return self.mixing or self.split_mixed
 
     def __post_init__(self) -> None:
         # checked here, not when the worker builds its ops: a bad arm of `bench run` is then a

@@ -5,6 +5,7 @@
 #   orpheus | orpheus_step | orpheus_iter | masked | statesteps | figures | decode_attn |
 #   decode_attn_3b | decode_tests | codec | codec_folded | codec_next | codec_overlap |
 #   codec_kernels | gemm | launch | kept | recurrent | pdl_tests | pdl | loop | pipelined | closed |
+#   split |
 #   all
 # with carry [".whl", ".jitcache"]. Logs go under $OUT (default ./gpu-out). JIT caches
 # (FlashInfer, Triton) are restored from .jitcache/ when present and saved to $OUT/jit-*.
@@ -340,28 +341,45 @@ for stage in "${stages[@]}"; do
       # pipelined through shared memory; engine/kernels/triton_gdn.py): its GPU tests, then
       # one layer call at 64 and 128 rows, the grid's launch against the pipelined kernel under
       # each launch of PIPELINED_SWEEP (bench_gdn_kernels --recurrent), then 0.8b's decode step
-      # on graphs both ways (the step, 200 back-to-back replays). ~4 minutes.
+      # on graphs both ways (the step, 200 back-to-back replays; PIPELINED_STEP=0 leaves the
+      # step out). ~4 minutes.
       timeout 200 python3 -m pytest -m gpu -v -rA -s tests/test_gpu_kernels.py tests/test_gpu.py \
         -k pipelined 2>&1 | grep -E "PASSED|FAILED|ERROR|passed|failed|Error|bit for bit|tokens as" \
         | tee "$OUT/pipelined_tests.log"
       timeout 150 python3 -m benchmarks.bench_gdn_kernels --paths triton --shapes 64d \
         --state-dtypes float32 --recurrent 64:4 --json "$OUT/gdn_pipelined.jsonl" 2>&1 \
         | tee "$OUT/gdn_pipelined.log"
-      for form in grid pipelined; do
+      [ "${PIPELINED_STEP:-1}" = 1 ] && for form in grid pipelined; do
         timeout 100 python3 -m benchmarks.bench_gpu_step --batch 64 --context 512 --graphs \
           --steps 50 --gdn-decode $form --replays 200 --profile "$OUT/step_$form.txt" 2>&1 \
           | grep -E "decode step|replay|Error|error" | tee -a "$OUT/bench_pipelined.log"
       done ;;
+    split)  # engine.split_mixed (a mixed step's decode rows on their graph, its prompt rows on
+      # the piecewise runner after them): the fence test (one staged buffer that waits), 0.8b's
+      # tokens against apart steps, then the closed loop (the stage below) on the defaults and
+      # split (and split with captured Gated DeltaNet; SPLIT_OPTS), ~5 minutes
+      timeout 200 python3 -m pytest -m gpu -v -rA -s tests/test_gpu_double_buffer.py \
+        tests/test_gpu.py -k "fence or split_mixed or one_host_buffer" 2>&1 \
+        | grep -E "PASSED|FAILED|ERROR|passed|failed|Error|tokens as" | tee "$OUT/split_tests.log"
+      CLOSED_OPTS="${SPLIT_OPTS-;--set engine.split_mixed=true;--set engine.split_mixed=true --set engine.piecewise_gdn=true}" ;&
     closed)  # the c=64 server's closed loop in process (bench_decode_loop --closed: each request
       # that ends replaced at once, the scenario's lengths, prefill steps and the hold as
       # served, no HTTP): output tok/s, decode and prompt iterations apart with their host
       # and wait spans, on the defaults and with each candidate (CLOSED_ARGS: extra options of
       # every run): PDL, the pipelined recurrence, both, kept launches and captured Gated
-      # DeltaNet (the last two for the prefill steps). ~45 s a run, ~5 minutes.
-      for opts in "" "--pdl" "--gdn-decode pipelined" "--pdl --gdn-decode pipelined" \
-        "--set engine.triton_launch=bound" "--set engine.piecewise_gdn=true"; do
+      # DeltaNet (the last two for the prefill steps); the defaults' run profiled over 90
+      # iterations (arrivals go on: ~5 of them prompt iterations). ~45 s a run, ~5 minutes.
+      # CLOSED_OPTS: the runs' options instead, ';'-separated ("" for the defaults)
+      IFS=';' read -r -a runs <<< "${CLOSED_OPTS-;--pdl;--gdn-decode pipelined;--pdl --gdn-decode pipelined;--set engine.triton_launch=bound;--set engine.piecewise_gdn=true}"
+      # CLOSED_PROFILE=all profiles every run (closed_profile_N.txt), else the defaults' alone
+      n=0
+      for opts in "${runs[@]}"; do
+        n=$((n + 1)) prof=()
+        if [ -z "$opts" ] || [ "${CLOSED_PROFILE:-}" = all ]; then
+          prof=(--profile "$OUT/closed_profile_$n.txt" --profile-iterations 90)
+        fi
         timeout 120 python3 -m benchmarks.bench_decode_loop --size 0.8b --closed \
-          --iterations 3000 $opts ${CLOSED_ARGS:-} 2>&1 | grep -v "^USDT" \
+          --iterations 3000 $opts "${prof[@]}" ${CLOSED_ARGS:-} 2>&1 | grep -v "^USDT" \
           | tee -a "$OUT/bench_closed.log" | grep -E "closed loop|iterations:|Error|error"
       done ;;
     loop)  # the served decode iteration apart (benchmarks/bench_decode_loop.py): 0.8b's worker,

@@ -39,9 +39,10 @@ class _Row:
     walk: str = "decode"
 
 
-def _seen_by_step(slots: int) -> list[list[int]]:
+def _seen_by_step(slots: int, wait: bool = False) -> list[list[int]]:
     cache = KVCache(CacheShapes(1, 1, 1, 8, 8, 4, 1, 4, 4), 8, 16, 4, torch.float32, "cuda")
     inputs = StepInputs(64, 8, 4, torch.device("cuda"), slots=slots)
+    inputs.fences.wait = wait
     seen = []
     for _ in range(3):  # warm up the copy path first: a cold first copy may not show it
         inputs.stage([_Row(_Request([1, 2], 1))], cache, TORCH_OPS)
@@ -56,6 +57,8 @@ def _seen_by_step(slots: int) -> list[list[int]]:
         done.append(torch.cuda.Event())
         done[-1].record()
     torch.cuda.synchronize()
+    if wait:  # every stage after the first found its one buffer's copy held back, and waited
+        assert inputs.fences.waits == 3 and inputs.fences.hazards == 0, vars(inputs.fences)
     return [t.tolist() for t in seen]
 
 
@@ -64,3 +67,9 @@ def test_one_host_buffer_delivers_the_next_steps_inputs_two_deliver_each_its_own
     assert single[:3] == [[101], [102], [103]], single  # each step read its successor's ids
     double = _seen_by_step(slots=2)
     assert double == [[100], [101], [102], [103]], double
+
+
+def test_a_fence_that_waits_makes_one_host_buffer_deliver_each_steps_own():
+    """`fences.wait` (engine.split_mixed's two stagings a step, engine/staging.py): staging
+    waits for the buffer's last copy, so even one buffer delivers each step its own ids."""
+    assert _seen_by_step(slots=1, wait=True) == [[100], [101], [102], [103]]

@@ -10,14 +10,16 @@ from dataclasses import replace
 
 from engine.config import load_scenario
 from engine.messages import Abort, AddRequest, StepFrames
+from engine.worker.engine import Engine
 from engine.worker.main import build_worker
 from engine.worker.timing import PhaseTimer
 
 
-def _run(overlap: bool, requests: list[AddRequest], eos: list[int], abort_after: int):
-    """Frames per rid; request 0 is aborted once `abort_after` frames carried its tokens."""
+def _run(overlap: bool, requests: list[AddRequest], eos: list[int], abort_after: int, **engine):
+    """Frames per rid; request 0 is aborted once `abort_after` frames carried its tokens.
+    `engine`: more engine settings."""
     scenario = load_scenario("qwen35", "tiny")
-    config = replace(scenario.engine, overlap=overlap, max_tokens_per_step=48, max_rows=8)
+    config = replace(scenario.engine, overlap=overlap, max_tokens_per_step=48, max_rows=8, **engine)
     spec = replace(scenario.model, eos_token_ids=eos)
     frames: list[StepFrames] = []
     worker = build_worker(spec, config, PhaseTimer(0, "o", []), frames.append)
@@ -75,13 +77,13 @@ def test_overlapped_loop_emits_the_strict_loops_frames():
     assert not worker.has_work()
 
 
-def _staggered(overlap: bool, hold: int):
+def _staggered(overlap: bool, hold: int, **engine):
     """Requests arriving every other iteration as others decode: frames per rid and the
-    rows of each step the worker ran."""
+    rows of each step the worker ran. `engine`: more engine settings."""
     scenario = load_scenario("qwen35", "tiny")
     config = replace(
         scenario.engine, overlap=overlap, max_tokens_per_step=48, max_rows=8,
-        prefill_hold_steps=hold,
+        prefill_hold_steps=hold, **engine,
     )  # fmt: skip
     frames: list[StepFrames] = []
     worker = build_worker(scenario.model, config, PhaseTimer(0, "o", []), frames.append)
@@ -118,3 +120,32 @@ def test_the_prefill_hold_changes_when_prompts_run_not_what_they_emit():
         # fewer prefill steps, some of several prompts at once
         assert len(prefills) < len([s for s in steps_now if "prefill" in s])
         assert max(s.count("prefill") for s in prefills) > 1
+
+
+def test_split_mixed_steps_emit_the_joint_mixed_steps_frames(monkeypatch):
+    """engine.split_mixed (a mixed step's decode rows, then its prompt rows, in two launches)
+    emits exactly what mixing's joint steps emit, strict and overlapped: stops at different
+    steps, max_tokens, ignore_eos, a chunked prompt, an abort mid-run; and it did split."""
+    splits: list[int] = []  # each two-launch step's decode rows
+    forward_split = Engine._forward_split
+
+    def counted(self, rows, decode, *args):
+        splits.append(decode)
+        return forward_split(self, rows, decode, *args)
+
+    monkeypatch.setattr(Engine, "_forward_split", counted)
+    probe, _ = _run(False, _requests(ignore_eos=True), [4095], abort_after=10**9)
+    eos = sorted({_tokens(probe[3])[3], _tokens(probe[5])[8], _tokens(probe[7])[1]})
+    for overlap in (False, True):
+        joint, _ = _run(overlap, _requests(ignore_eos=False), eos, 4, mixing=True)
+        assert not splits  # mixing alone never splits
+        split, worker = _run(overlap, _requests(ignore_eos=False), eos, 4, split_mixed=True)
+        assert split == joint, overlap
+        assert not worker.has_work()
+        assert worker.engine.cache.slots.num_free == worker.engine.cache.slots.size
+        now, _ = _staggered(overlap, hold=0, mixing=True)
+        staggered, steps = _staggered(overlap, hold=0, split_mixed=True)
+        assert staggered == now, overlap
+        mixed = [s for s in steps if "decode" in s and "prefill" in s]
+        assert mixed and len(splits) >= len(mixed), overlap  # every mixed step split
+        splits.clear()

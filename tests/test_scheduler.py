@@ -67,12 +67,15 @@ def test_long_prompt_is_chunked_and_samples_only_at_its_end():
     assert [(x.walk, x.num_new) for x in rows] == [("decode", 1)]
 
 
-def test_mixing_off_separates_prefill_and_decode_and_on_mixes_them():
-    for mixing, expect in (
-        (False, [["prefill"], ["decode", "decode"]]),
-        (True, [["decode", "prefill"], ["decode", "decode"]]),
+def test_mixing_off_separates_prefill_and_decode_and_on_or_split_mixes_them():
+    for mixing, split, expect in (
+        (False, False, [["prefill"], ["decode", "decode"]]),
+        (True, False, [["decode", "prefill"], ["decode", "decode"]]),
+        (False, True, [["decode", "prefill"], ["decode", "decode"]]),  # split_mixed mixes
     ):
-        config = EngineConfig(page_size=4, max_rows=4, max_tokens_per_step=16, mixing=mixing)
+        config = EngineConfig(
+            page_size=4, max_rows=4, max_tokens_per_step=16, mixing=mixing, split_mixed=split
+        )
         sched, _ = make(config)
         sched.add(req(0, 3, 5))
         run_step(sched.schedule())  # request 0 is now decoding

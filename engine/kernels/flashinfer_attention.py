@@ -16,7 +16,9 @@ and copies it to the device without blocking, so a host that plans step N+1 whil
 copy is still queued would overwrite N's metadata. The class declares `force_double_buffer`
 and keeps one set of wrappers per slot, used in turn (`slots`, 2 unless turned off); the
 Triton path's steps take their slot in the same turn (their views are the step inputs', which
-double-buffer themselves), so a graph is still keyed by (bucket, slot).
+double-buffer themselves), so a graph is still keyed by (bucket, slot). Each slot's plan
+records a fence (engine/staging.py): a loop that plans twice a step (`engine.split_mixed`)
+waits there for the slot's last plan's copy.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import torch
 from engine.config import check_decode_attention
 from engine.kernels import flashinfer_import, triton_decode
 from engine.kernels.decode_config import SMS, decode_splits
+from engine.staging import CopyFences
 
 WORKSPACE_BYTES = 128 << 20  # FlashInfer's recommended split-k workspace
 
@@ -79,6 +82,7 @@ class FlashInferAttention:
         ]
         self.graph_decode: dict[tuple[int, int], object] = {}  # (bucket, slot) -> wrapper
         self.next_slot = 0
+        self.fences = CopyFences(slots, self.device.type == "cuda")  # each slot's last plan
         self._active = None
 
     def _decode_wrapper(self, rows: int | None = None, max_pages_per_row: int = 0):
@@ -116,17 +120,21 @@ class FlashInferAttention:
             self._active = TritonDecode(*layout, splits)
         elif decode:
             wrapper = self.decode[slot] if bucket is None else self.graph_decode[bucket, slot]
+            self.fences.before_write(slot)
             wrapper.plan(
                 host.kv_indptr, batch.kv_indices, host.kv_last_page_len, *self.shape, **types
             )
+            self.fences.copied(slot)
             self._active = wrapper
         else:
             wrapper = self.prefill[slot]
+            self.fences.before_write(slot)
             wrapper.plan(
                 host.qo_indptr, host.kv_indptr, batch.kv_indices, host.kv_last_page_len,
                 *self.shape, causal=True, **types,
                 max_token_per_sequence=host.max_q_len,
             )  # fmt: skip
+            self.fences.copied(slot)
             self._active = wrapper
         return slot
 

@@ -140,6 +140,11 @@ class Engine:
             config.max_tokens_per_step, config.max_rows, max_pages, self.device, slots
         )
         self._check_double_buffering()
+        if config.split_mixed:  # two stagings and plans a step: a slot's next use may come
+            # before its last copy ran; wait for it there (engine/staging.py, INVARIANTS 64)
+            for resource in (self.inputs, self.ops.attention_backend):
+                if resource is not None:
+                    resource.fences.wait = True
         self.graphs = self.piecewise = None
         capturable = self.ops.attention_backend is not None  # the CUDA kernels, bf16/fp16
         if config.cuda_graphs and capturable:
@@ -189,32 +194,25 @@ class Engine:
         tokens are the inputs of rows the host has no token for yet (the overlapped loop);
         they are gathered on the device, never copied to the host first."""
         sampled = [i for i, row in enumerate(rows) if row.samples]
-        greedy = None  # the graph's own argmax, when a captured decode step ran
+        picked = [rows[i].request for i in sampled]
+        params = [r.sampling for r in picked]
+        # every sampled row greedy, nothing masked or asked beyond the token: a captured
+        # decode step's own argmax is the step's sample
+        plain = self.logit_mask is None and all(p.greedy and not p.logprobs for p in params)
         feed_from = feed.tokens if feed is not None else None
         feed_index = feed.feed_index() if feed is not None else None
-        if self.graphs is not None and all(r.walk == "decode" for r in rows):
-            step = self.graphs.replay(rows, feed_from, feed_index)
-            logits = step.logits[: len(rows)]
-            greedy = step.tokens[: len(rows)] if step.tokens is not None else None
-        elif self.piecewise is not None:
-            logits = self.piecewise.run(rows, feed_from, feed_index)
+        decode = self._split_at(rows)
+        if decode:
+            logits, greedy = self._forward_split(rows, decode, sampled, feed_from, feed_index,
+                                                 plain)  # fmt: skip
         else:
-            batch = self.inputs.stage(rows, self.cache, self.ops, feed_index=feed_index)
-            batch.gather_fed_tokens(feed_from)
-            self.ops.begin_step(batch)
-            logits = self.model(batch, self.cache)
+            logits, greedy = self._forward(rows, feed_from, feed_index)
         for row in rows:
             row.request.num_cached += row.num_new
-        picked = [rows[i].request for i in sampled]
         if not picked:  # every row was a prompt chunk that does not end its prompt
             empty = torch.empty(0, dtype=torch.int64, device=self.device)
             return PendingStep(rows, sampled, empty, None, self.requests)
-        params = [r.sampling for r in picked]
-        if (
-            greedy is not None
-            and self.logit_mask is None
-            and all(p.greedy and not p.logprobs for p in params)
-        ):
+        if greedy is not None and plain:
             return PendingStep(rows, sampled, greedy, None, self.requests)
         if len(sampled) < len(rows):
             logits = logits[sampled]
@@ -234,6 +232,49 @@ class Engine:
         return PendingStep(
             rows, sampled, tokens, logprobs if want_logprobs else None, self.requests
         )
+
+    def _forward(self, rows, feed_from, feed_index) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """One launch of `rows`' forward: each row's last-token logits, and when a captured
+        decode step ran, its own argmax of them (else None). A decode step replays its graph,
+        any other step the piecewise runner, or runs eagerly without graphs."""
+        if self.graphs is not None and all(r.walk == "decode" for r in rows):
+            step = self.graphs.replay(rows, feed_from, feed_index)
+            greedy = step.tokens[: len(rows)] if step.tokens is not None else None
+            return step.logits[: len(rows)], greedy
+        if self.piecewise is not None:
+            return self.piecewise.run(rows, feed_from, feed_index), None
+        batch = self.inputs.stage(rows, self.cache, self.ops, feed_index=feed_index)
+        batch.gather_fed_tokens(feed_from)
+        self.ops.begin_step(batch)
+        return self.model(batch, self.cache), None
+
+    def _split_at(self, rows: list[ScheduledRow]) -> int:
+        """With `engine.split_mixed`, the count of a mixed step's decode rows (the scheduler
+        puts them first, the prompt rows after), which launch apart from the prompt rows;
+        0: the step launches whole."""
+        if not self.config.split_mixed:
+            return 0
+        decode = next((i for i, r in enumerate(rows) if r.walk != "decode"), len(rows))
+        if decode == len(rows) or any(r.walk == "decode" for r in rows[decode:]):
+            return 0
+        return decode
+
+    def _forward_split(
+        self, rows, decode: int, sampled: list[int], feed_from, feed_index, plain: bool
+    ):  # fmt: skip
+        """`_forward` of a mixed step in two launches, back to back on the stream: the first
+        `decode` rows (decode rows, on their graph when captured; fed as the whole step would
+        be), then the prompt rows (the host has all their tokens). With `plain` and the
+        decode graph's own argmax: (None, the sampled rows' argmax: the graph's, then the
+        prompt rows' by `ops`); else (both launches' logits in row order, fp32, None)."""
+        head_logits, head_greedy = self._forward(rows[:decode], feed_from, feed_index)
+        tail_logits, _ = self._forward(rows[decode:], None, None)
+        if plain and head_greedy is not None:  # every decode row samples: sampled[:decode]
+            tail = tail_logits[[i - decode for i in sampled[decode:]]]
+            if not len(tail):
+                return None, head_greedy
+            return None, torch.cat([head_greedy, self.ops.argmax(tail)])
+        return torch.cat([head_logits.float(), tail_logits]), None
 
     def run_step(self) -> tuple[list[ScheduledRow], StepOutput | None]:
         """One step of the strict loop without the runtime: schedule, launch, wait, the host

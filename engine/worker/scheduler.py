@@ -3,8 +3,8 @@
 Requests join between steps. Admission is oldest first and reserves the request's whole
 page budget and a state slot, so a request that does not fit waits rather than failing,
 and a younger request never overtakes an older one (no starvation). With `mixing` off a
-step is all prefill or all decode; with it on, prefill chunks fill the decode step's
-leftover token budget. With `prefill_hold_steps` N > 0, prompts not yet begun wait up to N
+step is all prefill or all decode; with it on (or `split_mixed`), prefill chunks fill the
+decode step's leftover token budget. With `prefill_hold_steps` N > 0, prompts not yet begun wait up to N
 steps while other rows decode, so that arrivals a few steps apart prefill in one step.
 """
 
@@ -66,10 +66,10 @@ class Scheduler:
         elif decode and self._hold(prefill):
             prefill = []
         rows: list[ScheduledRow] = []
-        if decode and (self.config.mixing or not prefill):
+        if decode and (self.config.mixes or not prefill):
             rows = [ScheduledRow(r, 1, "decode") for r in decode]
             tokens_left -= len(rows)
-            if not self.config.mixing:
+            if not self.config.mixes:
                 return rows
         for request in prefill:  # oldest first: running keeps admission order
             if tokens_left <= 0:

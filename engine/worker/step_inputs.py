@@ -12,8 +12,9 @@ The H2D copy is non-blocking: it reads the pinned host buffer when the GPU reach
 may be after the host has staged the next step. With one host buffer, a host that runs ahead
 (the overlapped loop) would overwrite step N's inputs before N's copy read them; so the class
 declares `force_double_buffer` and keeps `slots` host buffers (2 by default), used in turn:
-staging N+2 reuses N's buffer, and the worker never stages N+2 before N+1 (hence N, stream
-order) completed. The device buffer stays one: copies and steps are ordered on one stream.
+staging N+2 reuses N's buffer, and the worker never stages N+2 before N (in stream order,
+before N+1) completed; a loop that stages twice a step (`engine.split_mixed`) waits for a
+buffer's last copy instead (engine/staging.py). The device buffer stays one: copies and steps are ordered on one stream.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import torch
 from engine.batch import ForwardBatch, GdnTables, HostLayout
 from engine.cache import KVCache
 from engine.kernels.gdn_tables import CHUNK, chunk_tables, max_chunks, one_token_prefix
+from engine.staging import CopyFences
 from engine.worker.scheduler import ScheduledRow
 
 TOKEN_FIELDS = ("input_ids", "positions", "slot_mapping", "token_row", "feed_index")
@@ -64,9 +66,9 @@ class StepInputs:
         self.slot = 0  # the host buffer the next stage writes
         # Per host buffer, an event after the last copy that read it; staging into a buffer
         # whose copy has not run yet is the hazard itself (that step would read the new
-        # inputs): counted, so a run with one buffer shows how often it happened.
-        self.copied: list[torch.cuda.Event | None] = [None] * slots
-        self.hazards = 0
+        # inputs): counted, so a run with one buffer shows how often it happened, or waited
+        # for where a loop stages twice a step (`fences.wait`, engine.split_mixed)
+        self.fences = CopyFences(slots, self.on_cuda)
         self.device_buffer = (
             torch.empty(offset, dtype=torch.int32, device=device) if self.on_cuda else None
         )
@@ -205,8 +207,7 @@ class StepInputs:
         views of both sides by name."""
         slot, host = self.slot, self.hosts[self.slot]
         self.slot = (self.slot + 1) % len(self.hosts)
-        if self.copied[slot] is not None and not self.copied[slot].query():
-            self.hazards += 1
+        self.fences.before_write(slot)
         host_np = host.numpy()
         spans, end = {}, 0
         for name, array in parts.items():
@@ -218,8 +219,7 @@ class StepInputs:
         if self.on_cuda:
             device = self.device_buffer
             device[:end].copy_(host[:end], non_blocking=True)
-            self.copied[slot] = torch.cuda.Event()
-            self.copied[slot].record()
+            self.fences.copied(slot)
 
         def views(buffer: torch.Tensor) -> dict[str, torch.Tensor]:
             return {name: buffer[a:b].view(shape) for name, (a, b, shape) in spans.items()}

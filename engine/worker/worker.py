@@ -196,7 +196,7 @@ class Worker:
             self.timer.count(PREFILL_ROWS_PER_STEP, prefill)
             self.timer.count(RUNNING_REQUESTS, len(self.engine.scheduler.running))
             self.timer.count(REQUESTS, len(self.engine.requests))
-            hazards = self.engine.inputs.hazards
+            hazards = self.engine.inputs.fences.hazards
             self.timer.count(STAGING_HAZARDS, hazards - self._hazards_seen)
             self._hazards_seen = hazards
             self.timer.end_iteration(len(rows))
