@@ -30,8 +30,9 @@ the prefill hold happen as they do under `bench measure -c N`, without HTTP, the
 the load generator. It prints the output tok/s of the timed iterations (the served headline's
 counterpart: the same worker, the same arrivals), and the iterations with prompt work and
 those without apart, each with its spans: what the prefill steps cost the decoding rows (TPOT
-against ITL) and whether their host or their device does. --warmup defaults to 1000
-iterations there, past the first generation of requests, whose ends the start synchronises.
+against ITL) and whether their host or their device does. As a server before Ready, it runs
+the engine's warmup steps first (`engine.warmup`); --warmup defaults to 1000 iterations
+there, past the first generation of requests, whose ends the start synchronises.
 
     python -m benchmarks.bench_decode_loop --size 0.8b --closed --iterations 3000 [--pdl]
 """
@@ -55,6 +56,7 @@ from engine.messages import AddRequest, StepFrames, encode
 from engine.spans import PREFILL_STEPS, ROWS_PER_STEP
 from engine.worker.main import build_worker
 from engine.worker.timing import PhaseTimer
+from engine.worker.warmup import warm_up
 
 NEVER = 10**9  # a PhaseTimer period that never flushes: the spans stay to be read
 # the settings every run's line names (as the built engine holds them), whatever was given
@@ -103,6 +105,8 @@ def measure(settings: Settings) -> LoopRun:
     timer = PhaseTimer(NEVER, "bench", [])
     sent = Sent()
     worker = build_worker(scenario.model, config, timer, sent)
+    if config.warmup and settings.closed:  # as a server before Ready: the prefill and mixed
+        warm_up(worker)  # steps' kernels compile here, not under the measured iterations
     engine = worker.engine
     named = [f"{label} {_setting(config, key, None)}" for key, label in NAMED.items()]
     others = [

@@ -28,6 +28,11 @@ class HostLayout:
     # not handed over: FlashInfer 0.6.18's plan then skips building the host KV indptr it
     # reads later (UnboundLocalError `paged_kv_indptr_host`, every prefill step, session 7).
     max_q_len: int
+    # Each row's KV length ([R] int32, pinned: a view of the staged buffer), FlashInfer's plan's
+    # `seq_lens`: without it the plan derives them from the layout into a new pageable tensor
+    # and copies that up "without blocking", which from pageable memory the driver may do only
+    # after the work queued before it (INVARIANTS 46); None: the plan derives them.
+    kv_lens: torch.Tensor | None = None
 
 
 @dataclass

@@ -6,7 +6,9 @@ to would read the new contents. The overlapped loop never does it with two slots
 step N+2 only once step N completed, INVARIANTS 26); a loop that stages twice a step
 (`engine.split_mixed`) can, so there the host waits for the copy (`wait`), counted in
 `waits`. Without `wait` a copy not yet run is counted in `hazards` and the write goes ahead:
-the arm that shows the hazard (one slot, the overlapped loop)."""
+the arm that shows the hazard (one slot, the overlapped loop). `pack_into`: a resource's own
+copy of what another staged (FlashInfer's plans take the step's host layout so, under their
+own fence, where a loop plans twice a step)."""
 
 from __future__ import annotations
 
@@ -37,3 +39,17 @@ class CopyFences:
         if self.on_cuda:
             self.events[slot] = torch.cuda.Event()
             self.events[slot].record()
+
+
+def pack_into(buffer: torch.Tensor, arrays) -> list[torch.Tensor | None]:
+    """Each array copied into `buffer` end to end (None stays None); their views there."""
+    out, start = [], 0
+    for array in arrays:
+        if array is None:
+            out.append(None)
+            continue
+        view = buffer[start : start + len(array)]
+        view.copy_(array)
+        out.append(view)
+        start += len(array)
+    return out

@@ -355,11 +355,12 @@ for stage in "${stages[@]}"; do
           | grep -E "decode step|replay|Error|error" | tee -a "$OUT/bench_pipelined.log"
       done ;;
     split)  # engine.split_mixed (a mixed step's decode rows on their graph, its prompt rows on
-      # the piecewise runner after them): the fence test (one staged buffer that waits), 0.8b's
-      # tokens against apart steps, then the closed loop (the stage below) on the defaults and
+      # the piecewise runner after them): the fence test (one staged buffer that waits), the
+      # row choice that does not wait (take_rows), 0.8b's tokens against apart steps, then the closed loop (the stage below) on the defaults and
       # split (and split with captured Gated DeltaNet; SPLIT_OPTS), ~5 minutes
       timeout 200 python3 -m pytest -m gpu -v -rA -s tests/test_gpu_double_buffer.py \
-        tests/test_gpu.py -k "fence or split_mixed or one_host_buffer" 2>&1 \
+        tests/test_gpu.py tests/test_gpu_kernels.py \
+        -k "fence or split_mixed or one_host_buffer or taking_a_steps_rows or prefill_plan" 2>&1 \
         | grep -E "PASSED|FAILED|ERROR|passed|failed|Error|tokens as" | tee "$OUT/split_tests.log"
       CLOSED_OPTS="${SPLIT_OPTS-;--set engine.split_mixed=true;--set engine.split_mixed=true --set engine.piecewise_gdn=true}" ;&
     closed)  # the c=64 server's closed loop in process (bench_decode_loop --closed: each request

@@ -44,13 +44,17 @@ def test_the_command_prints_its_figures_and_refuses_what_cannot_run(tmp_path, ca
     assert "engine.pdl needs engine.device: cuda" in capsys.readouterr().err
 
 
-def test_the_closed_loop_replaces_each_request_that_ends_and_splits_the_iterations():
-    """--closed: the server's closed loop in process: every request that ends is replaced at
-    once (lengths from the scenario's load: tiny's outputs of 16-48 tokens end many inside
-    40 iterations), so the rows stay at c; the tokens counted are the frames' own; the timed
-    iterations split into those with prompt work and those without."""
+def test_the_closed_loop_replaces_each_request_that_ends_and_splits_the_iterations(monkeypatch):
+    """--closed: the server's closed loop in process: the engine's warmup first, as a server
+    runs it; every request that ends is replaced at once (lengths from the scenario's load:
+    tiny's outputs of 16-48 tokens end many inside 40 iterations), so the rows stay at c; the
+    tokens counted are the frames' own; the timed iterations split into those with prompt
+    work and those without."""
+    warmed = []
+    monkeypatch.setattr(bench_decode_loop, "warm_up", lambda worker: warmed.append(worker))
     settings = Settings("tiny", "cpu", "overlapped", 4, 0, warmup=10, iterations=40, closed=True)
     run = measure(settings)
+    assert len(warmed) == 1
     assert len(run.tokens) == 40 and sum(run.tokens) > 0
     assert len(run.prompt_work) == 40 and 0 < run.prefill_steps < 40  # arrivals came, and went
     assert max(run.rows) <= 4 and run.admitted > 4  # replacements came

@@ -73,3 +73,31 @@ def test_a_fence_that_waits_makes_one_host_buffer_deliver_each_steps_own():
     """`fences.wait` (engine.split_mixed's two stagings a step, engine/staging.py): staging
     waits for the buffer's last copy, so even one buffer delivers each step its own ids."""
     assert _seen_by_step(slots=1, wait=True) == [[100], [101], [102], [103]]
+
+
+def test_flashinfers_prefill_plan_does_not_wait_for_queued_gpu_work():
+    """INVARIANTS 46 for the prefill plan: every host tensor FlashInfer's plan copies up is a
+    pinned view of the staged buffer (its `seq_lens` too: `HostLayout.kv_lens`), so planning a
+    prompt step while ~1 s of GPU spin is queued returns before the spin ends. The split mixed
+    step plans its prompt rows with two decode steps queued (engine.split_mixed)."""
+    from engine.kernels.cuda_ops import CudaOps
+    from engine.layers.attention import GatedAttention
+
+    ps, q_heads, kv_heads, dim = 16, 8, 2, 256
+    model = torch.nn.ModuleDict({"a": GatedAttention(1024, q_heads, kv_heads, dim, 1e-6)})
+    ops = CudaOps(model.to("cuda", torch.bfloat16), torch.device("cuda"), page_size=ps)
+    cache = KVCache(CacheShapes(1, 1, 1, 8, 8, 4, 1, 4, 4), 8, 16, 4, torch.float32, "cuda")
+    inputs = StepInputs(64, 8, 4, torch.device("cuda"))
+    rows = [
+        _Row(_Request(list(range(20)), 0, [0, 1]), 20, "prefill"),
+        _Row(_Request(list(range(9)), 0, [2]), 9, "prefill"),
+    ]
+    for _ in range(3):  # warm up: FlashInfer's module, the pinned blocks
+        ops.begin_step(inputs.stage(rows, cache, ops))
+    torch.cuda.synchronize()
+    torch.cuda._sleep(2_000_000_000)  # ~1 s of cycles on the stream
+    spin = torch.cuda.Event()
+    spin.record()
+    ops.begin_step(inputs.stage(rows, cache, ops))
+    assert not spin.query(), "staging or planning a prompt step waited for the queued work"
+    torch.cuda.synchronize()

@@ -458,6 +458,24 @@ def test_sampling_and_the_logit_window_do_not_wait_for_queued_gpu_work():
     ).all()
 
 
+def test_taking_a_steps_rows_does_not_wait_for_queued_gpu_work():
+    """INVARIANTS 46 for the engine's row choices (`take_rows`: the sampled rows of a step
+    with prompt chunks, a split mixed step's sampled prompt rows): a run of rows is a view,
+    any other choice an index from pinned memory, so neither waits out ~1 s of queued spin."""
+    from engine.worker.engine import take_rows
+
+    logits = torch.randn(8, 4096, device=CUDA)
+    take_rows(logits, [1, 4, 6])  # warm up: the pinned block, the gather kernel
+    torch.cuda.synchronize()
+    torch.cuda._sleep(2_000_000_000)  # ~1 s of cycles on the stream
+    spin = torch.cuda.Event()
+    spin.record()
+    picked, run = take_rows(logits, [1, 4, 6]), take_rows(logits, [2, 3, 4])
+    assert not spin.query(), "taking the rows waited for the queued work"
+    torch.cuda.synchronize()
+    assert torch.equal(picked, logits[[1, 4, 6]]) and torch.equal(run, logits[2:5])
+
+
 def test_ops_objects_are_interchangeable():
     """The CUDA ops keep the reference's interface: a missing method would fail at run time."""
     public = {n for n in dir(TORCH_OPS) if not n.startswith("_")}

@@ -149,3 +149,15 @@ def test_split_mixed_steps_emit_the_joint_mixed_steps_frames(monkeypatch):
         mixed = [s for s in steps if "decode" in s and "prefill" in s]
         assert mixed and len(splits) >= len(mixed), overlap  # every mixed step split
         splits.clear()
+
+
+def test_take_rows_is_indexing_by_the_rows():
+    """`take_rows` (the engine's row choices without a blocking copy) is values[rows]: a run
+    of rows, a scattered choice, none."""
+    import torch
+
+    from engine.worker.engine import take_rows
+
+    values = torch.arange(24).view(12, 2)
+    for rows in ([3, 4, 5], [0], [1, 7, 2], [], [11, 10]):
+        assert torch.equal(take_rows(values, rows), values[rows]), rows

@@ -206,7 +206,9 @@ def test_graph_capture_pauses_the_garbage_collector_and_collects_first():
 def test_the_host_layout_carries_the_longest_row_flashinfer_would_find(pad_to):
     """FlashInfer's prefill plan gets the longest row's new tokens from the staging (so it
     does not loop over tensors to find them): what its own loop over the host layout finds,
-    padding rows (1 new token) included."""
+    padding rows (1 new token) included; and each row's KV length (its `seq_lens`, staged so
+    that it is no pageable tensor of the plan's own): what its `get_seq_lens` derives from
+    the layout, each real row's cached plus new tokens."""
     engine = _engine_after_prefill([5, 19], mixing=True)
     for rid, n in ((2, 7), (3, 3)):  # two prompts beside the two decode rows: a mixed step
         prompt = [rid + j + 1 for j in range(n)]
@@ -218,3 +220,22 @@ def test_the_host_layout_carries_the_longest_row_flashinfer_would_find(pad_to):
     host = batch.host
     q_lens = (host.qo_indptr[1:] - host.qo_indptr[:-1]).tolist()
     assert host.max_q_len == max(q_lens) == 7
+    pages = host.kv_indptr[1:] - host.kv_indptr[:-1]  # flashinfer.get_seq_lens, written out
+    derived = (pages - 1).clamp(min=0) * engine.cache.page_size + host.kv_last_page_len
+    assert host.kv_lens.tolist() == derived.tolist()
+    assert host.kv_lens.tolist()[:4] == [r.request.num_cached + r.num_new for r in rows]
+
+
+def test_pack_into_copies_each_array_end_to_end_and_keeps_none():
+    """engine.staging.pack_into (FlashInfer's plans' own copy of the host layout under their
+    fence, engine.split_mixed): views of the buffer equal to the arrays, laid end to end; a
+    later write to the sources leaves the copies as they were."""
+    from engine.staging import pack_into
+
+    buffer = torch.full((16,), -1, dtype=torch.int32)
+    a, b = torch.tensor([0, 3, 5], dtype=torch.int32), torch.tensor([7, 9], dtype=torch.int32)
+    got = pack_into(buffer, [a, None, b])
+    assert got[1] is None and got[0].tolist() == [0, 3, 5] and got[2].tolist() == [7, 9]
+    assert buffer[:5].tolist() == [0, 3, 5, 7, 9] and buffer[5:].eq(-1).all()
+    a[0] = 42
+    assert got[0].tolist() == [0, 3, 5]

@@ -30,7 +30,7 @@ import torch
 from engine.config import check_decode_attention
 from engine.kernels import flashinfer_import, triton_decode
 from engine.kernels.decode_config import SMS, decode_splits
-from engine.staging import CopyFences
+from engine.staging import CopyFences, pack_into
 
 WORKSPACE_BYTES = 128 << 20  # FlashInfer's recommended split-k workspace
 
@@ -83,6 +83,7 @@ class FlashInferAttention:
         self.graph_decode: dict[tuple[int, int], object] = {}  # (bucket, slot) -> wrapper
         self.next_slot = 0
         self.fences = CopyFences(slots, self.device.type == "cuda")  # each slot's last plan
+        self._own: dict[int, torch.Tensor] = {}  # slot -> pinned layout (`_layout`)
         self._active = None
 
     def _decode_wrapper(self, rows: int | None = None, max_pages_per_row: int = 0):
@@ -121,22 +122,37 @@ class FlashInferAttention:
         elif decode:
             wrapper = self.decode[slot] if bucket is None else self.graph_decode[bucket, slot]
             self.fences.before_write(slot)
-            wrapper.plan(
-                host.kv_indptr, batch.kv_indices, host.kv_last_page_len, *self.shape, **types
-            )
+            indptr, last = self._layout(slot, host.kv_indptr, host.kv_last_page_len)
+            wrapper.plan(indptr, batch.kv_indices, last, *self.shape, **types)
             self.fences.copied(slot)
             self._active = wrapper
         else:
             wrapper = self.prefill[slot]
             self.fences.before_write(slot)
+            qo, indptr, last, lens = self._layout(
+                slot, host.qo_indptr, host.kv_indptr, host.kv_last_page_len, host.kv_lens
+            )
             wrapper.plan(
-                host.qo_indptr, host.kv_indptr, batch.kv_indices, host.kv_last_page_len,
-                *self.shape, causal=True, **types,
-                max_token_per_sequence=host.max_q_len,
+                qo, indptr, batch.kv_indices, last, *self.shape, causal=True, **types,
+                max_token_per_sequence=host.max_q_len, seq_lens=lens,
             )  # fmt: skip
             self.fences.copied(slot)
             self._active = wrapper
         return slot
+
+    def _layout(self, slot: int, *arrays: torch.Tensor | None) -> list[torch.Tensor | None]:
+        """The host layout a plan reads (and copies up without blocking). As the step inputs
+        staged it, except where a slot's fence waits (`fences.wait`: a loop that plans twice
+        a step): then a copy in this slot's own pinned buffer, written after the fence, so
+        the plan's copies are this slot's and no later staging of the step inputs (whose
+        fences precede these copies) can rewrite what they have not read yet."""
+        if not self.fences.wait or not self.fences.on_cuda:
+            return list(arrays)
+        size = sum(len(a) for a in arrays if a is not None)
+        own = self._own.get(slot)
+        if own is None or len(own) < size:
+            own = self._own[slot] = torch.empty(2 * size, dtype=torch.int32, pin_memory=True)
+        return pack_into(own, arrays)
 
     def run(
         self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, scale: float

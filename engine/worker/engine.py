@@ -17,7 +17,7 @@ import torch
 from engine.cache import KVCache
 from engine.config import ConfigError, EngineConfig, check_one_of
 from engine.kernels import build_ops
-from engine.layers.sampler import SamplingParams, window_logits
+from engine.layers.sampler import SamplingParams, rows_to, window_logits
 from engine.messages import AddRequest
 from engine.runtime.postprocess import StepOutput
 from engine.worker.graphs import DecodeGraphs
@@ -29,6 +29,17 @@ from engine.worker.step_inputs import StepInputs
 log = logging.getLogger("engine.worker")
 # engine.state_dtype: the storage of the recurrent-state slots
 STATE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def take_rows(values: torch.Tensor, rows: list[int]) -> torch.Tensor:
+    """values[rows] without waiting for the GPU: a run of consecutive rows is a view, any
+    other choice is gathered by an index sent from pinned memory (`rows_to`). Indexing a
+    CUDA tensor by a Python list copies the list from pageable memory, which waits for
+    everything queued on the stream first (INVARIANTS 46)."""
+    first = rows[0] if rows else 0
+    if rows == list(range(first, first + len(rows))):
+        return values[first : first + len(rows)]
+    return values.index_select(0, rows_to(rows, torch.int64, values.device))
 
 
 @dataclass
@@ -215,7 +226,7 @@ class Engine:
         if greedy is not None and plain:
             return PendingStep(rows, sampled, greedy, None, self.requests)
         if len(sampled) < len(rows):
-            logits = logits[sampled]
+            logits = take_rows(logits, sampled)
         # The sampled token's index in its request's output (its token may not be on the
         # host yet: num_cached, already advanced, counts it).
         output_index = [r.num_cached - len(r.prompt) for r in picked]
@@ -270,7 +281,7 @@ class Engine:
         head_logits, head_greedy = self._forward(rows[:decode], feed_from, feed_index)
         tail_logits, _ = self._forward(rows[decode:], None, None)
         if plain and head_greedy is not None:  # every decode row samples: sampled[:decode]
-            tail = tail_logits[[i - decode for i in sampled[decode:]]]
+            tail = take_rows(tail_logits, [i - decode for i in sampled[decode:]])
             if not len(tail):
                 return None, head_greedy
             return None, torch.cat([head_greedy, self.ops.argmax(tail)])

@@ -31,7 +31,10 @@ from engine.staging import CopyFences
 from engine.worker.scheduler import ScheduledRow
 
 TOKEN_FIELDS = ("input_ids", "positions", "slot_mapping", "token_row", "feed_index")
-ROW_FIELDS = ("cu_seqlens", "last_index", "cached", "state_slots", "kv_indptr", "kv_last_page_len")
+ROW_FIELDS = (
+    "cu_seqlens", "last_index", "cached", "state_slots", "kv_indptr", "kv_last_page_len",
+    "kv_lens",
+)  # fmt: skip
 
 
 class StepInputs:
@@ -142,6 +145,8 @@ class StepInputs:
             "state_slots": state_slots,
             "kv_indptr": kv_indptr,
             "kv_last_page_len": last_page_len,
+            # each row's KV length as FlashInfer derives it from the layout (a padding row: 1)
+            "kv_lens": (row_pages - 1) * page_size + last_page_len,
             "kv_indices": kv_indices,
         }
         if gdn_tables:
@@ -176,6 +181,7 @@ class StepInputs:
                 host["cu_seqlens"],
                 cu,
                 int(num_new.max()),
+                host["kv_lens"],
             ),
             gdn_tables=self._gdn_tables(dev) if gdn_tables else None,
         )
