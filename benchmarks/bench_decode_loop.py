@@ -30,7 +30,9 @@ the prefill hold happen as they do under `bench measure -c N`, without HTTP, the
 the load generator. It prints the output tok/s of the timed iterations (the served headline's
 counterpart: the same worker, the same arrivals), and the iterations with prompt work and
 those without apart, each with its spans: what the prefill steps cost the decoding rows (TPOT
-against ITL) and whether their host or their device does. As a server before Ready, it runs
+against ITL) and whether their host or their device does; and what the prompt work cost: the
+ceiling of every row decoding at the decode iterations' median, the run's share of it, the
+run's time beyond as many iterations at that median. As a server before Ready, it runs
 the engine's warmup steps first (`engine.warmup`); --warmup defaults to 1000 iterations
 there, past the first generation of requests, whose ends the start synchronises.
 
@@ -257,6 +259,8 @@ def render(run: LoopRun) -> str:
             values = run.spans_ns[name]
             if len(values) != len(run.iteration_s):
                 lines.append(_span_line("all ", name, values, len(run.iteration_s)))
+    if s.closed and "decode " in kinds and kinds["decode "] and run.prefill_steps:
+        lines.append(_prompt_cost(run, kinds["decode "]))
     if run.prefill_steps and not s.closed:
         lines.append(f"  DOUBTFUL: {run.prefill_steps} timed iterations had prompt work")
     if run.profile_wall_us:
@@ -271,6 +275,24 @@ def render(run: LoopRun) -> str:
         else:
             lines.append(f"  no device events in {n} profiled iterations (a CPU run)")
     return "\n".join(lines)
+
+
+def _prompt_cost(run: LoopRun, decode_at: list[int]) -> str:
+    """What prompt work costs a closed loop: the ceiling of every row decoding at the decode
+    iterations' median, the run's share of it, and the run's time beyond as many iterations
+    at that median (the prompt iterations' own and what they add to the decode iterations
+    that launch them, in the overlapped loop), a prompt iteration's share of it."""
+    median_ms = statistics.median(run.iteration_s[i] for i in decode_at) * 1e3
+    ceiling = run.settings.requests / median_ms * 1e3
+    whole_ms = sum(run.iteration_s) * 1e3
+    beyond = whole_ms - len(run.iteration_s) * median_ms
+    achieved = sum(run.tokens) / (whole_ms / 1e3)
+    return (
+        f"  every row decoding at the decode median ({median_ms:.3f} ms): {ceiling:,.0f} tok/s, "
+        f"this run {achieved / ceiling:.0%} of it; time beyond {len(run.iteration_s)} decode "
+        f"medians {beyond:,.0f} ms of {whole_ms:,.0f} ({beyond / whole_ms:.0%}), "
+        f"{beyond / run.prefill_steps:.2f} ms a prompt iteration"
+    )
 
 
 def _span_line(kind: str, name: str, values: list[int], iterations: int) -> str:

@@ -4,6 +4,8 @@ measurement, and a clear error for settings that cannot run."""
 
 from __future__ import annotations
 
+import statistics
+
 import pytest
 
 from benchmarks import bench_decode_loop
@@ -62,6 +64,10 @@ def test_the_closed_loop_replaces_each_request_that_ends_and_splits_the_iteratio
     assert "closed loop, qwen35 tiny, c=4" in text and "output tok/s over 40 iterations" in text
     assert "decode iterations:" in text and "prompt iterations:" in text
     assert "DOUBTFUL" not in text  # prompt work is the closed loop's own
+    # what prompt work cost: the run's time beyond as many iterations at the decode median
+    decode = [t for t, work in zip(run.iteration_s, run.prompt_work, strict=True) if not work]
+    beyond = (sum(run.iteration_s) - 40 * statistics.median(decode)) * 1e3
+    assert f"time beyond 40 decode medians {beyond:,.0f} ms" in text
 
 
 def test_a_scenario_setting_reaches_the_worker_and_a_bad_one_is_one_line(capsys):

@@ -4,8 +4,9 @@ Requests join between steps. Admission is oldest first and reserves the request'
 page budget and a state slot, so a request that does not fit waits rather than failing,
 and a younger request never overtakes an older one (no starvation). With `mixing` off a
 step is all prefill or all decode; with it on (or `split_mixed`), prefill chunks fill the
-decode step's leftover token budget. With `prefill_hold_steps` N > 0, prompts not yet begun wait up to N
-steps while other rows decode, so that arrivals a few steps apart prefill in one step.
+decode step's leftover token budget. With `prefill_hold_steps` N > 0, prompts not yet begun
+wait up to N steps while other rows decode, so that arrivals a few steps apart prefill in
+one step.
 """
 
 from __future__ import annotations

@@ -14,7 +14,8 @@ may be after the host has staged the next step. With one host buffer, a host tha
 declares `force_double_buffer` and keeps `slots` host buffers (2 by default), used in turn:
 staging N+2 reuses N's buffer, and the worker never stages N+2 before N (in stream order,
 before N+1) completed; a loop that stages twice a step (`engine.split_mixed`) waits for a
-buffer's last copy instead (engine/staging.py). The device buffer stays one: copies and steps are ordered on one stream.
+buffer's last copy instead (engine/staging.py). The device buffer stays one: copies and
+steps are ordered on one stream.
 """
 
 from __future__ import annotations

@@ -5,10 +5,10 @@ runs the decode path's; nothing ran the prefill path's, so the first real reques
 their compiles (an H200 server's first 64 requests: 104 s to the first token). So the worker
 runs, through the engine's scheduler and `Engine.launch`: a prefill step of one row below the
 Gated DeltaNet split threshold and one above, one of several rows, a few decode steps, a
-mixed step when `engine.mixing` (or `split_mixed`) is on, greedy and sampled rows (top-k, top-p, log-probs);
-then it removes its requests, leaving the engine as it found it (INVARIANTS 54). The sampled
-rows are seeded: they draw from generators of their own, never the process-wide one that
-unseeded requests share. The strict loop's steps only (an overlapped loop's fed decode rows
+mixed step when `engine.mixing` (or `split_mixed`) is on, greedy and sampled rows (top-k,
+top-p, log-probs); then it removes its requests, leaving the engine as it found it
+(INVARIANTS 54). The sampled rows are seeded: they draw from generators of their own, never
+the process-wide one that unseeded requests share. The strict loop's steps only (an overlapped loop's fed decode rows
 gather on the device, nothing to compile); the codec stream stages are not warmed (their
 graphs' capture runs their kernels; eager codec steps compile on the first speech request).
 """
