@@ -52,7 +52,7 @@ import torch
 
 from benchmarks import device_streams, stats
 from benchmarks.bench_gpu_step import prompt_ids
-from benchmarks.options import LOOPS, LoopSettings, positive_int
+from benchmarks.options import LOOPS, LoopSettings, add_loop_options, positive_int
 from engine.config import DENSE_KERNELS, GDN_DECODES, load_scenario, parse_overrides
 from engine.messages import AddRequest, StepFrames, encode
 from engine.spans import PREFILL_STEPS, ROWS_PER_STEP
@@ -304,10 +304,7 @@ def _span_line(kind: str, name: str, values: list[int], iterations: int) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="benchmarks.bench_decode_loop")
-    parser.add_argument("--size", default=None, help="default: the scenario's for this machine")
-    parser.add_argument("--device", default=None, help="default: the size's")
-    parser.add_argument("--loop", default="overlapped", choices=list(LOOPS))
-    parser.add_argument("--requests", type=positive_int, default=64)
+    add_loop_options(parser, loop="overlapped")
     parser.add_argument("--prompt", type=positive_int, default=512)
     parser.add_argument("--warmup", type=int, default=None, help="default: 20, closed 1000")
     parser.add_argument("--iterations", type=positive_int, default=200)

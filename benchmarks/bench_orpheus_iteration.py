@@ -39,7 +39,7 @@ import torch
 
 from benchmarks import device_streams, stats
 from benchmarks.bench_gpu_step import prompt_ids
-from benchmarks.options import LOOPS, LoopSettings, positive_int
+from benchmarks.options import LOOPS, LoopSettings, add_loop_options, positive_int
 from engine.config import load_scenario
 from engine.messages import AddRequest, StepFrames, encode
 from engine.models import architecture
@@ -238,10 +238,7 @@ def render_profile(profile: Profile, iterations: int) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="benchmarks.bench_orpheus_iteration")
-    parser.add_argument("--size", default=None, help="default: the scenario's for this machine")
-    parser.add_argument("--device", default=None, help="default: the size's")
-    parser.add_argument("--loop", default="both", choices=list(LOOPS))
-    parser.add_argument("--requests", type=positive_int, default=64)
+    add_loop_options(parser, loop="both")
     parser.add_argument("--prompt", type=int, default=256, help="tokens, markers included")
     parser.add_argument(  # the last group's first window comes 28 tokens after its prefill
         "--warmup", type=int, default=WINDOW_TOKENS + FRAME_TOKENS

@@ -27,6 +27,15 @@ class LoopSettings:
     profile_iterations: int = 0  # 0: no profile
 
 
+def add_loop_options(parser: argparse.ArgumentParser, loop: str) -> None:
+    """A worker benchmark's options for LoopSettings' worker: --size, --device, --loop (its
+    default `loop`), --requests."""
+    parser.add_argument("--size", default=None, help="default: the scenario's for this machine")
+    parser.add_argument("--device", default=None, help="default: the size's")
+    parser.add_argument("--loop", default=loop, choices=list(LOOPS))
+    parser.add_argument("--requests", type=positive_int, default=64)
+
+
 def positive_int(text: str) -> int:
     """A count that must be at least 1: samples to time (none give no summary to print, and
     the benchmark would fail after its set-up), rows, windows. argparse prints the message

@@ -153,9 +153,8 @@ class Engine:
         self._check_double_buffering()
         if config.split_mixed:  # two stagings and plans a step: a slot's next use may come
             # before its last copy ran; wait for it there (engine/staging.py, INVARIANTS 64)
-            for resource in (self.inputs, self.ops.attention_backend):
-                if resource is not None:
-                    resource.fences.wait = True
+            for resource in self._staged():
+                resource.fences.wait = True
         self.graphs = self.piecewise = None
         capturable = self.ops.attention_backend is not None  # the CUDA kernels, bf16/fp16
         if config.cuda_graphs and capturable:
@@ -171,15 +170,17 @@ class Engine:
         self.requests: dict[int, Request] = {}
         self.arrivals = 0  # requests added so far: the next one's arrival order
 
+    def _staged(self) -> list:
+        """The resources that stage pinned host memory behind non-blocking copies: each
+        declares `force_double_buffer` and keeps its slots' `fences` (engine/staging.py)."""
+        resources = (self.inputs, self.ops.attention_backend)
+        return [r for r in resources if getattr(r, "force_double_buffer", False)]
+
     def _check_double_buffering(self) -> None:
         """A resource that declares `force_double_buffer` needs two slots once the host runs
         ahead (the overlapped loop); with one, plan(N+1) may overwrite what N's copy has not
         read. Allowed (the hazard is an arm to compare), never silent."""
-        resources = (self.inputs, self.ops.attention_backend)
-        short = [
-            type(r).__name__ for r in resources
-            if getattr(r, "force_double_buffer", False) and r.slots < 2
-        ]  # fmt: skip
+        short = [type(r).__name__ for r in self._staged() if r.slots < 2]
         if short and self.config.overlap and self.device.type == "cuda":
             log.warning(
                 "engine.overlap with engine.double_buffer=false: %s stage host buffers the "
