@@ -39,6 +39,13 @@ class EngineConfig:
     # a step: each staged host buffer and FlashInfer plan waits for its last copy first
     # (INVARIANTS 64). Turns mixing's scheduling on whatever `mixing` says.
     split_mixed: bool = False
+    # Prefill steps on a CUDA stream of their own, beside the decode steps: a step's prompt
+    # rows launch apart from its decode rows (the scheduler's `schedule_apart`) on a second
+    # set of staged resources (ops, step inputs, piecewise graphs), and join the decode steps
+    # once their prefill has completed and been postprocessed; the decode rows go on decoding
+    # meanwhile instead of waiting for it. One prefill step in flight at a time. Not with
+    # `mixing` or `split_mixed` (those put prompt rows in decode steps). INVARIANTS 65.
+    prefill_stream: bool = False
     # A new request's prefill may wait up to this many steps while other rows decode, so that
     # requests arriving a few steps apart prefill together: fewer prefill steps (each holds up
     # every decoding row, and costs the host about as much for one row as for four) for a
@@ -196,6 +203,11 @@ class EngineConfig:
         check_dense_kernel(self.dense_kernel)
         check_decode_attention(self.decode_attention)
         check_one_of("engine.gdn_decode", self.gdn_decode, GDN_DECODES)
+        if self.prefill_stream and self.mixes:
+            raise ConfigError(
+                "engine.prefill_stream launches prompt rows apart from decode rows; it cannot "
+                "be combined with engine.mixing or engine.split_mixed"
+            )
         if self.pdl and self.device != "cuda":
             raise ConfigError("engine.pdl needs engine.device: cuda (Hopper's launch control)")
         check_one_of("engine.triton_launch", self.triton_launch, TRITON_LAUNCHES)

@@ -5,7 +5,7 @@
 #   orpheus | orpheus_step | orpheus_iter | masked | statesteps | figures | decode_attn |
 #   decode_attn_3b | decode_tests | codec | codec_folded | codec_next | codec_overlap |
 #   codec_kernels | gemm | launch | kept | recurrent | pdl_tests | pdl | loop | pipelined | closed |
-#   split |
+#   split | overlap | pstream |
 #   all
 # with carry [".whl", ".jitcache"]. Logs go under $OUT (default ./gpu-out). JIT caches
 # (FlashInfer, Triton) are restored from .jitcache/ when present and saved to $OUT/jit-*.
@@ -36,6 +36,19 @@ if len(bad):  # "interrupted": cut in flight by a stop or a guard, not a server'
     print(bad.groupby([bad.status, bad.error.fillna("-").str[:160]]).size().to_string())
 PY
   grep -hiE -m 20 -B 2 "error|traceback|exception" "$1"/logs/*.log 2>/dev/null | tail -n 40
+}
+closed_loop() {  # stage `closed`'s runs: bench_decode_loop --closed on each of "${runs[@]}";
+  # CLOSED_PROFILE=all profiles every run (closed_profile_N.txt), else the defaults' alone
+  local n=0 opts prof
+  for opts in "${runs[@]}"; do
+    n=$((n + 1)) prof=()
+    if [ -z "$opts" ] || [ "${CLOSED_PROFILE:-}" = all ]; then
+      prof=(--profile "$OUT/closed_profile_$n.txt" --profile-iterations 90)
+    fi
+    timeout 120 python3 -m benchmarks.bench_decode_loop --size 0.8b --closed \
+      --iterations 3000 $opts "${prof[@]}" ${CLOSED_ARGS:-} 2>&1 | grep -v "^USDT" \
+      | tee -a "$OUT/bench_closed.log" | grep -E "closed loop|iterations:|Error|error"
+  done
 }
 nvidia-smi --query-gpu=name,memory.used,memory.total,clocks.sm --format=csv > "$OUT/gpu.txt"
 stages=("$@")
@@ -372,17 +385,16 @@ for stage in "${stages[@]}"; do
       # iterations (arrivals go on: ~5 of them prompt iterations). ~45 s a run, ~5 minutes.
       # CLOSED_OPTS: the runs' options instead, ';'-separated ("" for the defaults)
       IFS=';' read -r -a runs <<< "${CLOSED_OPTS-;--pdl;--gdn-decode pipelined;--pdl --gdn-decode pipelined;--set engine.triton_launch=bound;--set engine.piecewise_gdn=true}"
-      # CLOSED_PROFILE=all profiles every run (closed_profile_N.txt), else the defaults' alone
-      n=0
-      for opts in "${runs[@]}"; do
-        n=$((n + 1)) prof=()
-        if [ -z "$opts" ] || [ "${CLOSED_PROFILE:-}" = all ]; then
-          prof=(--profile "$OUT/closed_profile_$n.txt" --profile-iterations 90)
-        fi
-        timeout 120 python3 -m benchmarks.bench_decode_loop --size 0.8b --closed \
-          --iterations 3000 $opts "${prof[@]}" ${CLOSED_ARGS:-} 2>&1 | grep -v "^USDT" \
-          | tee -a "$OUT/bench_closed.log" | grep -E "closed loop|iterations:|Error|error"
-      done ;;
+      closed_loop ;;
+    pstream)  # engine.prefill_stream (prefill steps on a stream of their own beside the
+      # decode steps): its GPU tests (tiny fp32 against the CPU reference; 0.8b's tokens
+      # against one stream's, eager and captured Gated DeltaNet), then the closed loop on the
+      # defaults and with it (PSTREAM_OPTS, ';'-separated as CLOSED_OPTS). ~6 minutes
+      timeout 300 python3 -m pytest -m gpu -v -rA -s tests/test_gpu.py -k "prefill_stream" \
+        2>&1 | grep -E "PASSED|FAILED|ERROR|passed|failed|Error|tokens as" \
+        | tee -a "$OUT/pstream_tests.log"
+      IFS=';' read -r -a runs <<< "${PSTREAM_OPTS-;--set engine.prefill_stream=true;--set engine.prefill_stream=true --set engine.piecewise_gdn=true}"
+      closed_loop ;;
     loop)  # the served decode iteration apart (benchmarks/bench_decode_loop.py): 0.8b's worker,
       # 64 requests of 512 tokens decoding, strict and overlapped loops, pdl off and on: the
       # iteration, the worker's spans (host work vs the completion wait), the GPU's busy time
@@ -444,13 +456,29 @@ for stage in "${stages[@]}"; do
     figures)  # the issues' figures on the current defaults: one fresh server each at
       # FIGURES_C (default "64 128"; FIGURES_SCENARIO, default qwen35), 4 x C measured + C
       # warmup requests; the figures table and the iteration's phases (~40 s a 0.8b server)
+      # FIGURES_SET="engine.KEY=VALUE,...": settings over the scenario's CUDA size, in a copy
+      # of its file (bench measure takes a scenario file)
+      scenario=${FIGURES_SCENARIO:-qwen35}
+      if [ -n "${FIGURES_SET:-}" ]; then
+        python3 - "$scenario" "$FIGURES_SET" <<'PY' || exit 3
+import sys, yaml
+from engine.config import parse_overrides, scenario_path
+raw = yaml.safe_load(scenario_path(sys.argv[1]).read_text())
+size = raw["sizes"].setdefault(raw["default_size"]["cuda"], {})
+for key, value in parse_overrides(sys.argv[2]).items():
+    section, name = key.split(".", 1)
+    size.setdefault(section, {})[name] = value
+open("/tmp/figures-set.yaml", "w").write(yaml.safe_dump(raw, sort_keys=False))
+PY
+        scenario=/tmp/figures-set.yaml
+      fi
       for c in ${FIGURES_C:-64 128}; do
-        echo "== ${FIGURES_SCENARIO:-qwen35} c=$c" | tee -a "$OUT/figures.log"
+        echo "== $scenario c=$c ${FIGURES_SET:-}" | tee -a "$OUT/figures.log"
         # a first server on a fresh machine may compile what the JIT cache lacks: its warmup
         # line says how long (session 15: 179 s before FlashInfer's .so files loaded as they
         # are; a guard of 200 s then cut a run with 16 requests in flight, counted failed)
         run="/tmp/figures-c$c-$RANDOM"
-        timeout 300 python3 -m harness measure "${FIGURES_SCENARIO:-qwen35}" -c "$c" \
+        timeout 300 python3 -m harness measure "$scenario" -c "$c" \
           --requests $((4 * c)) --warmup "$c" --out "$run" > "$run.log" 2>&1
         { head -n 24 "$run.log"; grep -E "^doubt|^interrupted" "$run.log"
           grep -h "warmup:" "$run"/logs/*.log 2>/dev/null | cut -c 12-170
@@ -501,6 +529,16 @@ for stage in "${stages[@]}"; do
             --masked-head --decode-attention $da --profile "$OUT/profile_3b_$da.txt"
         done
       fi ;;
+    overlap)  # would a prefill step on a stream of its own overlap the decode steps
+      # (benchmarks/bench_prefill_overlap.py: two engines in one process, 0.8b, 64 rows
+      # decoding on their graph, a prefill of 3 x 320 every 18 steps; the GPU alone under a
+      # spin, then host-driven loops): eager Gated DeltaNet and captured. OVERLAP_OPTS:
+      # the runs' options, ';'-separated ("" for the defaults). ~40 s a run.
+      IFS=';' read -r -a runs <<< "${OVERLAP_OPTS-;--set engine.piecewise_gdn=true}"
+      for opts in "${runs[@]}"; do
+        timeout 150 python3 -m benchmarks.bench_prefill_overlap --size 0.8b $opts 2>&1 \
+          | grep -v "^USDT" | tee -a "$OUT/bench_overlap.log" | grep -E "device|loop|rror"
+      done ;;
     launch)  # what one launch costs the host (torch op, cuBLAS GEMM, Triton JIT and bound
       # runner, our wrappers): the eager step's host time divided among its launches
       timeout 60 python3 -m benchmarks.bench_launch 2>&1 | tee "$OUT/bench_launch.log" ;;

@@ -215,6 +215,42 @@ def test_08b_split_mixed_steps_emit_the_tokens_of_apart_steps():
     assert same >= 0.95 * 24 * len(prompts)
 
 
+def test_tiny_prefill_stream_on_cuda_equals_the_cpu_reference():
+    """engine.prefill_stream on the GPU, fp32 (eager ops on both streams): prompts arriving
+    a step apart prefill on their own stream beside the decode steps of the rows before them
+    (the overlapped loop), and every token is the CPU reference's."""
+    lengths = [3, 30, 17, 64, 9, 41, 120, 5]
+    prompts = [[(7 * i + j) % 4000 + 1 for j in range(n)] for i, n in enumerate(lengths)]
+    cuda, _ = greedy_on("cuda", "float32", "tiny", prompts, 16, overlap=True, stagger=True,
+                        prefill_stream=True)  # fmt: skip
+    cpu_model = build_model("qwen35", "tiny", 0, "float32", "cpu")
+    for rid, prompt in enumerate(prompts):
+        tokens = list(prompt)
+        with torch.inference_mode():
+            for _ in range(16):
+                tokens.append(int(cpu_model.forward_full(torch.tensor(tokens))[-1].argmax()))
+        assert cuda[rid] == tokens[len(prompt) :], f"prompt {rid}"
+
+
+@pytest.mark.parametrize("piecewise_gdn", [False, True])
+def test_08b_prefill_stream_emits_the_tokens_of_one_stream(piecewise_gdn):
+    """engine.prefill_stream on the GPU: 0.8b in bf16, prompts below and above the split
+    kernel's threshold arriving a step apart, the overlapped loop: each prefill step runs on
+    its own stream (its own ops, step inputs and piecewise graphs) beside the decode graphs of
+    the rows before it, and the tokens are one stream's (a bf16 near-tie may flip where a
+    row's steps group differently: at least 95% agree, the count printed)."""
+    lengths = [5, 40, 300, 700, 128, 256, 33, 512]
+    prompts = [[(13 * i + j) % 240000 + 1 for j in range(n)] for i, n in enumerate(lengths)]
+    run = partial(greedy_on, "cuda", "bfloat16", "0.8b", prompts, 32, stagger=True,
+                  overlap=True, piecewise_gdn=piecewise_gdn)  # fmt: skip
+    one, _ = run()
+    two, _ = run(prefill_stream=True)
+    same = sum(a == b for rid in one for a, b in zip(one[rid], two[rid], strict=True))
+    print(f"prefill stream: {same} of {32 * len(prompts)} tokens as one stream's")
+    assert all(len(two[rid]) == 32 for rid in two)
+    assert same >= 0.95 * 32 * len(prompts)
+
+
 @pytest.mark.parametrize("decode_attention", ["flashinfer", "triton"])
 def test_08b_decode_graph_replay_equals_eager_for_every_bucket(decode_attention):
     """Graph replay against the eager step on the same inputs and cache, at row counts that

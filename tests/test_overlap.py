@@ -8,10 +8,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from engine.config import load_scenario
+import pytest
+
+from engine.config import ConfigError, load_scenario
 from engine.messages import Abort, AddRequest, StepFrames
-from engine.worker.engine import Engine
+from engine.worker.engine import Engine, PendingStep
 from engine.worker.main import build_worker
+from engine.worker.scheduler import Scheduler
 from engine.worker.timing import PhaseTimer
 
 
@@ -161,3 +164,82 @@ def test_take_rows_is_indexing_by_the_rows():
     values = torch.arange(24).view(12, 2)
     for rows in ([3, 4, 5], [0], [1, 7, 2], [], [11, 10]):
         assert torch.equal(take_rows(values, rows), values[rows]), rows
+
+
+def _delayed_prefills(monkeypatch, polls: int) -> list[tuple[int, int]]:
+    """engine.prefill_stream on a CPU, with each prefill step's completion delayed: it reads
+    as running for its first `polls` polls (as on a GPU, where the decode steps beside it go
+    on). Returns a log of (decode rows, prompt rows) per schedule_apart while one ran, and
+    one entry (-1, rows) each time rows began decoding beside rows already decoding."""
+    seen: dict[int, int] = {}
+    last: set[int] = set()
+    finished = PendingStep.finished
+
+    def slow(self) -> bool:
+        if any(r.walk == "prefill" for r in self.rows):
+            seen[id(self)] = seen.get(id(self), 0) + 1
+            if seen[id(self)] <= polls:
+                return False
+        return finished(self)
+
+    monkeypatch.setattr(PendingStep, "finished", slow)
+    beside: list[tuple[int, int]] = []
+    apart = Scheduler.schedule_apart
+
+    def recorded(self, prefill_busy):
+        decode, prompts = apart(self, prefill_busy)
+        if prefill_busy:
+            assert not prompts  # one prefill step in flight at a time
+            assert not any(r.request.prefilling for r in decode)  # no row before its token
+            beside.append((len(decode), sum(r.prefilling for r in self.running)))
+        rids = {r.request.rid for r in decode}
+        if rids - last and rids & last:
+            beside.append((-1, len(rids - last)))
+        last.clear()
+        last.update(rids)
+        return decode, prompts
+
+    monkeypatch.setattr(Scheduler, "schedule_apart", recorded)
+    return beside
+
+
+def test_prefill_stream_emits_the_strict_loops_frames(monkeypatch):
+    """engine.prefill_stream (prompt rows launched apart, on a stream of their own, joining
+    the decode steps once postprocessed) emits exactly the strict loop's frames, strict and
+    overlapped: stops at different steps, max_tokens, ignore_eos, chunked prompts, an abort
+    mid-run, staggered arrivals with and without the hold; and decode steps did run while a
+    prefill step was in flight (INVARIANTS 65)."""
+    probe, _ = _run(False, _requests(ignore_eos=True), [4095], abort_after=10**9)
+    eos = sorted({_tokens(probe[3])[3], _tokens(probe[5])[8], _tokens(probe[7])[1]})
+    strict, _ = _run(False, _requests(ignore_eos=False), eos, abort_after=4)
+    plain = {hold: _staggered(False, hold=hold)[0] for hold in (0, 4)}
+    beside = _delayed_prefills(monkeypatch, polls=3)
+    for overlap in (False, True):
+        got, worker = _run(overlap, _requests(ignore_eos=False), eos, 4, prefill_stream=True)
+        assert set(got) == set(strict)
+        for rid, frames in strict.items():
+            mine = got[rid]
+            assert mine[-1].finish_reason is not None
+            assert all(f.finish_reason is None for f in mine[:-1]), rid
+            if rid == 0:  # aborted: a prefix, ended
+                assert mine[-1].finish_reason == "abort"
+                assert _tokens(mine) == _tokens(frames)[: len(_tokens(mine))]
+                continue
+            assert _tokens(mine) == _tokens(frames), (overlap, rid)
+            assert mine[-1].finish_reason == frames[-1].finish_reason, rid
+        assert not worker.has_work()
+        assert worker.engine.cache.pages.num_free == worker.engine.cache.pages.size
+        assert worker.engine.cache.slots.num_free == worker.engine.cache.slots.size
+        for hold in (0, 4):
+            staggered, _ = _staggered(overlap, hold=hold, prefill_stream=True)
+            assert staggered == plain[hold], (overlap, hold)
+    # rows decoded while a prefill step of other rows ran, and prefilled rows joined them
+    assert any(decode > 0 and prefilling for decode, prefilling in beside)
+    assert any(decode == -1 for decode, _ in beside)
+
+
+def test_prefill_stream_refuses_mixing():
+    scenario = load_scenario("qwen35", "tiny")
+    for key in ("mixing", "split_mixed"):
+        with pytest.raises(ConfigError, match="prefill_stream"):
+            replace(scenario.engine, prefill_stream=True, **{key: True})

@@ -69,6 +69,10 @@ class PendingStep:
         if self.done is not None:
             self.done.synchronize()
 
+    def finished(self) -> bool:
+        """Whether the step (and its tokens' copy) completed: the host may read it now."""
+        return self.done is None or self.done.query()
+
     def feed_index(self) -> dict[int, int]:
         """rid -> index of its token in `tokens`: where the next step reads a token the host
         does not have yet (the overlapped loop)."""
@@ -100,6 +104,20 @@ class PendingStep:
 
 
 LogitMask = Callable[[np.ndarray], tuple[np.ndarray, int]]
+
+
+@dataclass
+class Lane:
+    """Where a step launches: its ops (attention plans, sampler staging), its step inputs,
+    its piecewise runner, and its CUDA stream (None: the current one). The engine's own lane
+    runs every step but, with `engine.prefill_stream`, the prefill steps, which launch on a
+    lane of their own: nothing staged, planned or captured is shared between the two. ops and
+    inputs None: the engine's own (`Engine.ops`, which a benchmark may wrap, and `.inputs`)."""
+
+    ops: object | None
+    inputs: StepInputs | None
+    piecewise: PiecewiseGraphs | None
+    stream: torch.cuda.Stream | None = None
 
 
 class Engine:
@@ -150,6 +168,22 @@ class Engine:
         self.inputs = StepInputs(
             config.max_tokens_per_step, config.max_rows, max_pages, self.device, slots
         )
+        # engine.prefill_stream on CUDA: the prefill steps' own ops and step inputs (a second
+        # FlashInfer workspace, plans and sampler staging), so that a prefill running beside a
+        # decode step shares no buffer with it; elsewhere (a CPU runs each step at launch) the
+        # prefill lane is the engine's own resources
+        side = config.prefill_stream and self.device.type == "cuda"
+        prefill_ops = prefill_inputs = None
+        if side:
+            prefill_ops = build_ops(
+                config.kernels, model, self.device, config.page_size, slots, config.gdn_prefill,
+                config.decode_tensor_cores, config.piecewise_gdn, config.gdn_split,
+                config.gdn_split_from_tokens, config.dense_kernel, config.triton_launch,
+                config.decode_attention, config.pdl, config.gdn_decode,
+            )  # fmt: skip
+            prefill_inputs = StepInputs(
+                config.max_tokens_per_step, config.max_rows, max_pages, self.device, slots
+            )
         self._check_double_buffering()
         if config.split_mixed:  # two stagings and plans a step: a slot's next use may come
             # before its last copy ran; wait for it there (engine/staging.py, INVARIANTS 64)
@@ -162,10 +196,19 @@ class Engine:
                 model, self.cache, self.ops, self.inputs, config.max_rows, max_pages,
                 greedy=logit_mask is None,
             )  # fmt: skip
-        if config.piecewise_graphs and capturable:
+        if config.piecewise_graphs and capturable:  # on the prefill lane's resources
             self.piecewise = PiecewiseGraphs(
-                model, self.cache, self.ops, self.inputs, config.max_tokens_per_step
-            )
+                model, self.cache, prefill_ops or self.ops, prefill_inputs or self.inputs,
+                config.max_tokens_per_step,
+            )  # fmt: skip
+        # with a prefill stream the piecewise runner is the prefill lane's alone (its static
+        # buffers must not serve a decode step beside a prefill): the engine's lane runs a
+        # decode step no graph holds eagerly
+        self.lane = Lane(None, None, None if side else self.piecewise)
+        self.prefill_lane = self.lane
+        if config.prefill_stream:
+            stream = torch.cuda.Stream(self.device) if side else None
+            self.prefill_lane = Lane(prefill_ops, prefill_inputs, self.piecewise, stream)
         self.logit_mask = logit_mask
         self.requests: dict[int, Request] = {}
         self.arrivals = 0  # requests added so far: the next one's arrival order
@@ -204,7 +247,49 @@ class Engine:
     def launch(self, rows: list[ScheduledRow], feed: PendingStep | None = None) -> PendingStep:
         """Stage, plan and launch one step. `feed` is the step still in flight, whose sampled
         tokens are the inputs of rows the host has no token for yet (the overlapped loop);
-        they are gathered on the device, never copied to the host first."""
+        they are gathered on the device, never copied to the host first. With
+        `engine.prefill_stream` a step of prompt rows alone launches on the prefill lane
+        (`launch_prefill`)."""
+        if self.config.prefill_stream and all(r.walk == "prefill" for r in rows):
+            return self.launch_prefill(rows)
+        return self._launch(rows, feed, self.lane)
+
+    def mark(self) -> torch.cuda.Event | None:
+        """An event after what is queued on the current stream now, for `launch_prefill`'s
+        `after` (None where the prefill lane has no stream of its own)."""
+        if self.prefill_lane.stream is None:
+            return None
+        event = torch.cuda.Event()
+        event.record()
+        return event
+
+    @torch.inference_mode()
+    def launch_prefill(
+        self, rows: list[ScheduledRow], after: torch.cuda.Event | None = None
+    ) -> PendingStep:
+        """`engine.prefill_stream`: launch a step of prompt rows on the prefill lane and mark
+        its requests `prefilling` until `prefill_finished`. Its stream first waits for `after`
+        (default: everything queued on the current stream now): the pages and state slot a
+        prompt takes may have been freed by a request whose last steps are queued there, and
+        those must have written them before the prompt does (INVARIANTS 65)."""
+        for row in rows:
+            row.request.prefilling = True
+        stream = self.prefill_lane.stream
+        if stream is None:
+            return self._launch(rows, None, self.prefill_lane)
+        if after is None:
+            stream.wait_stream(torch.cuda.current_stream(self.device))
+        else:
+            stream.wait_event(after)
+        with torch.cuda.stream(stream):  # its PendingStep's copy and event on that stream too
+            return self._launch(rows, None, self.prefill_lane)
+
+    def prefill_finished(self, pending: PendingStep) -> None:
+        """A prefill step's requests may decode now (its tokens are on the host)."""
+        for row in pending.rows:
+            row.request.prefilling = False
+
+    def _launch(self, rows, feed: PendingStep | None, lane: Lane) -> PendingStep:
         sampled = [i for i, row in enumerate(rows) if row.samples]
         picked = [rows[i].request for i in sampled]
         params = [r.sampling for r in picked]
@@ -218,7 +303,7 @@ class Engine:
             logits, greedy = self._forward_split(rows, decode, sampled, feed_from, feed_index,
                                                  plain)  # fmt: skip
         else:
-            logits, greedy = self._forward(rows, feed_from, feed_index)
+            logits, greedy = self._forward(rows, feed_from, feed_index, lane)
         for row in rows:
             row.request.num_cached += row.num_new
         if not picked:  # every row was a prompt chunk that does not end its prompt
@@ -237,7 +322,7 @@ class Engine:
             logits, offsets = window_logits(logits, low, width, self.first_logit)
         # A decode graph's logits are the model's dtype (widened here, past the mask's window:
         # the sampler's math is fp32); any other step's are fp32 already (float() is a no-op).
-        tokens, logprobs = self.ops.sample(logits.float(), params, output_index)
+        tokens, logprobs = (lane.ops or self.ops).sample(logits.float(), params, output_index)
         if offsets is not None:  # an index into the window -> the token id
             tokens = tokens + offsets
         want_logprobs = any(p.logprobs for p in params)
@@ -245,19 +330,25 @@ class Engine:
             rows, sampled, tokens, logprobs if want_logprobs else None, self.requests
         )
 
-    def _forward(self, rows, feed_from, feed_index) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """One launch of `rows`' forward: each row's last-token logits, and when a captured
-        decode step ran, its own argmax of them (else None). A decode step replays its graph,
-        any other step the piecewise runner, or runs eagerly without graphs."""
-        if self.graphs is not None and all(r.walk == "decode" for r in rows):
+    def _forward(
+        self, rows, feed_from, feed_index, lane: Lane | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """One launch of `rows`' forward on `lane` (default: the engine's): each row's
+        last-token logits, and when a captured decode step ran, its own argmax of them (else
+        None). A decode step replays its graph, any other step the lane's piecewise runner,
+        or runs eagerly without graphs."""
+        lane = lane or self.lane
+        decode = all(r.walk == "decode" for r in rows)
+        if lane is self.lane and self.graphs is not None and decode:
             step = self.graphs.replay(rows, feed_from, feed_index)
             greedy = step.tokens[: len(rows)] if step.tokens is not None else None
             return step.logits[: len(rows)], greedy
-        if self.piecewise is not None:
-            return self.piecewise.run(rows, feed_from, feed_index), None
-        batch = self.inputs.stage(rows, self.cache, self.ops, feed_index=feed_index)
+        if lane.piecewise is not None:
+            return lane.piecewise.run(rows, feed_from, feed_index), None
+        ops, inputs = lane.ops or self.ops, lane.inputs or self.inputs
+        batch = inputs.stage(rows, self.cache, ops, feed_index=feed_index)
         batch.gather_fed_tokens(feed_from)
-        self.ops.begin_step(batch)
+        ops.begin_step(batch)
         return self.model(batch, self.cache), None
 
     def _split_at(self, rows: list[ScheduledRow]) -> int:
@@ -298,6 +389,7 @@ class Engine:
         pending = self.launch(rows)
         pending.wait()
         out = pending.to_host()
+        self.prefill_finished(pending)
         self.step_finished(out)
         return rows, out
 

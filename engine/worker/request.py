@@ -20,6 +20,9 @@ class Request:
     pages: list[int] = field(default_factory=list)
     slot: int | None = None
     handle: int | None = None  # the graph runtime's handle, set when the worker registers it
+    # engine.prefill_stream: a prefill step of this request is launched on the prefill stream
+    # and not yet postprocessed (its tokens are not on the host; it decodes after)
+    prefilling: bool = False
 
     def __post_init__(self) -> None:
         if not self.tokens:

@@ -4,9 +4,10 @@ Requests join between steps. Admission is oldest first and reserves the request'
 page budget and a state slot, so a request that does not fit waits rather than failing,
 and a younger request never overtakes an older one (no starvation). With `mixing` off a
 step is all prefill or all decode; with it on (or `split_mixed`), prefill chunks fill the
-decode step's leftover token budget. With `prefill_hold_steps` N > 0, prompts not yet begun
-wait up to N steps while other rows decode, so that arrivals a few steps apart prefill in
-one step.
+decode step's leftover token budget; with `prefill_stream`, `schedule_apart` gives an
+iteration's decode rows and prompt rows apart, for two launches on two streams. With
+`prefill_hold_steps` N > 0, prompts not yet begun wait up to N steps while other rows decode,
+so that arrivals a few steps apart prefill in one step.
 """
 
 from __future__ import annotations
@@ -72,6 +73,31 @@ class Scheduler:
             tokens_left -= len(rows)
             if not self.config.mixes:
                 return rows
+        return rows + self._chunks(prefill, tokens_left)
+
+    def schedule_apart(self, prefill_busy: bool) -> tuple[list[ScheduledRow], list[ScheduledRow]]:
+        """`engine.prefill_stream`: this iteration's decode rows and prompt rows, launched
+        apart. Decode rows: every running request whose prompt is done and whose prefill step
+        is not still in flight (`Request.prefilling`). Prompt rows (none while `prefill_busy`:
+        one prefill step in flight at a time): the waiting prompts oldest first within a step's
+        tokens, held as `schedule` holds them."""
+        self._admit()
+        decode = [
+            ScheduledRow(r, 1, "decode") for r in self.running if r.prefill_done and not r.prefilling
+        ]  # fmt: skip
+        if prefill_busy:
+            return decode, []
+        prefill = [r for r in self.running if not r.prefill_done]
+        if not prefill:
+            self._held = 0
+            return decode, []
+        if decode and self._hold(prefill):
+            return decode, []
+        return decode, self._chunks(prefill, self.config.max_tokens_per_step)
+
+    def _chunks(self, prefill: list[Request], tokens_left: int) -> list[ScheduledRow]:
+        """The prompts' next chunks, oldest first, within `tokens_left` tokens."""
+        rows = []
         for request in prefill:  # oldest first: running keeps admission order
             if tokens_left <= 0:
                 break

@@ -77,6 +77,8 @@ class Worker:
         self._launch_ns = (0, 0, 0)  # the last launch's start, scheduled, launched (timing on)
         self.overlap = overlap  # launch step N+1 before postprocessing step N
         self._in_flight: PendingStep | None = None  # launched, not yet postprocessed
+        # engine.prefill_stream: the prefill step on the prefill stream, not yet postprocessed
+        self._prefill: PendingStep | None = None
         self._hazards_seen = 0
         self.stages = stages or []
         self.spans = NodeSpans.of(None)
@@ -155,6 +157,7 @@ class Worker:
     def has_work(self) -> bool:
         return (
             self._in_flight is not None
+            or self._prefill is not None
             or self.engine.scheduler.has_work()
             or any(stage.has_work() for stage in self.stages)
         )
@@ -165,7 +168,13 @@ class Worker:
         postprocess step N while N+1 runs; rows N's postprocess stops are dropped from N+1.
         Then each stream stage steps the rows the frames just routed to it made ready (with
         `engine.codec_overlap` a stage begins its next step, then finishes the one it began an
-        iteration ago, and leaves the new one in flight: not idle while one is)."""
+        iteration ago, and leaves the new one in flight: not idle while one is). With
+        `engine.prefill_stream` the iteration first postprocesses the prefill step in flight
+        if it has completed (its rows decode from this iteration's launch on), and `launch`
+        launches prompt rows apart, on their own stream; with nothing else to do the
+        iteration waits for that prefill."""
+        start = now_ns() if self.timer.enabled else 0
+        prefilled = self._finish_prefill(wait=False)
         if not self.overlap:
             done = self.launch()
             if done is not None:
@@ -179,7 +188,10 @@ class Worker:
         t3 = now_ns() if self.timer.enabled else 0
         streamed = sum(stage.step(self._emitter(i + 1)) for i, stage in enumerate(self.stages))
         if done is None and not streamed:
-            return False
+            if self._prefill is not None and self._in_flight is None:
+                self._finish_prefill(wait=True)  # nothing else runs: wait for it
+                return True
+            return prefilled is not None
         if self.timer.enabled:  # the bookkeeping after the last timestamp, out of the spans
             t4 = now_ns()
             t0, t1, t2 = self._launch_ns
@@ -188,10 +200,12 @@ class Worker:
                 self.timer.span(SCHEDULE, t1 - t0)
                 self.timer.span(FORWARD, t2 - t1)
                 self.timer.span(POSTPROCESS_BATCH, t3 - t2)
-            self.timer.span(ITERATION, t4 - t0)
+            self.timer.span(ITERATION, t4 - (start if prefilled is not None else t0))
             self.timer.count(ROWS_PER_STEP, len(rows))
             self.timer.count(TOKENS_PER_STEP, sum(r.num_new for r in rows))
             prefill = sum(r.walk == "prefill" for r in rows)
+            if prefilled is not None:  # engine.prefill_stream: the one postprocessed here
+                prefill = sum(r.walk == "prefill" for r in prefilled.rows)
             self.timer.count(PREFILL_STEPS, int(prefill > 0))
             self.timer.count(PREFILL_ROWS_PER_STEP, prefill)
             self.timer.count(RUNNING_REQUESTS, len(self.engine.scheduler.running))
@@ -208,14 +222,36 @@ class Worker:
     def launch(self, feed: PendingStep | None = None) -> PendingStep | None:
         """Schedule the next step and launch it; None when there is nothing to run. `feed`:
         the step in flight (overlapped loop). With timing on, keeps its start, scheduled and
-        launched times for the iteration's spans."""
+        launched times for the iteration's spans. With `engine.prefill_stream`, the prompt rows
+        scheduled apart launch after the decode step, on the prefill stream, waiting there
+        only for what was queued before this decode step (`Engine.mark`): they run beside it."""
         timing = self.timer.enabled
         t0 = now_ns() if timing else 0
-        rows = self.engine.scheduler.schedule() if self.engine.scheduler.has_work() else []
+        scheduler, prompts = self.engine.scheduler, []
+        if not scheduler.has_work():
+            rows = []
+        elif self.engine.config.prefill_stream:
+            rows, prompts = scheduler.schedule_apart(prefill_busy=self._prefill is not None)
+        else:
+            rows = scheduler.schedule()
         t1 = now_ns() if timing else 0
+        before = self.engine.mark() if prompts else None
         pending = self.engine.launch(rows, feed) if rows else None
+        if prompts:
+            self._prefill = self.engine.launch_prefill(prompts, after=before)
         if timing:
             self._launch_ns = (t0, t1, now_ns())
+        return pending
+
+    def _finish_prefill(self, wait: bool) -> PendingStep | None:
+        """Postprocess the prefill step in flight (engine.prefill_stream) if it completed, or
+        (`wait`) once it has; that step, or None."""
+        pending = self._prefill
+        if pending is None or not (wait or pending.finished()):
+            return None
+        self._prefill = None
+        self.engine.prefill_finished(pending)
+        self.postprocess_batch(pending)
         return pending
 
     def postprocess_batch(self, pending: PendingStep) -> None:
