@@ -135,6 +135,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(  # engine.gdn_decode: the decode recurrence on its grid or pipelined
         "--gdn-decode", default=EngineConfig.gdn_decode, choices=list(GDN_DECODES)
     )
+    parser.add_argument(  # engine.prefill_stream: off here (a step timed alone gains nothing)
+        "--prefill-stream", action=argparse.BooleanOptionalAction, default=False
+    )
     parser.add_argument(  # engine.pdl: our kernels' launches programmatic (Hopper)
         "--pdl", action=argparse.BooleanOptionalAction, default=False
     )
@@ -161,6 +164,7 @@ def main(argv: list[str] | None = None) -> None:
     engine = build(
         scenario, args.batch, args.context, steps, args.kernels, args.graphs,
         piecewise_graphs=args.piecewise, piecewise_gdn=args.piecewise_gdn, mixing=args.mixing,
+        prefill_stream=args.prefill_stream,
         gdn_prefill=args.gdn_prefill, gdn_split=args.gdn_split,
         decode_tensor_cores=args.decode_tensor_cores, decode_attention=args.decode_attention,
         state_dtype=args.state_dtype, dense_kernel=args.dense_kernel,

@@ -152,7 +152,8 @@ def _spin(seconds: float) -> None:
 def prefill_engine(scenario, rows: int, length: int, overrides: dict) -> tuple[Engine, Callable]:
     """An engine of the scenario's model with `rows` prompts of `length` tokens admitted, and
     a call that launches their prefill step (the same prompts again each call)."""
-    config = replace(scenario.engine, cuda_graphs=False, prefill_hold_steps=0, **overrides)
+    config = replace(scenario.engine, cuda_graphs=False, prefill_hold_steps=0, **overrides,
+                     prefill_stream=False)  # this benchmark places the streams itself  # fmt: skip
     engine, _ = build_engine(scenario.model, config)
     gen = torch.Generator().manual_seed(length)
     vocab = engine.model.config.vocab_size
@@ -200,7 +201,8 @@ def main(argv: list[str] | None = None) -> int:
         scenario = load_scenario("qwen35", args.size)
         # the decode graph replays one staged step: its requests need no room to grow
         decoder = build(scenario, args.batch, args.context, 16, "cuda", True,
-                        **{**engine_overrides, "piecewise_graphs": False, "piecewise_gdn": False})  # fmt: skip
+                        **{**engine_overrides, "piecewise_graphs": False, "piecewise_gdn": False,
+                           "prefill_stream": False})  # fmt: skip
         _, prefill = prefill_engine(scenario, rows, length, engine_overrides)
     except (ValueError, ConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)

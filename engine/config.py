@@ -206,7 +206,8 @@ class EngineConfig:
         if self.prefill_stream and self.mixes:
             raise ConfigError(
                 "engine.prefill_stream launches prompt rows apart from decode rows; it cannot "
-                "be combined with engine.mixing or engine.split_mixed"
+                "be combined with engine.mixing or engine.split_mixed (set "
+                "engine.prefill_stream=false with them)"
             )
         if self.pdl and self.device != "cuda":
             raise ConfigError("engine.pdl needs engine.device: cuda (Hopper's launch control)")

@@ -208,7 +208,7 @@ for stage in "${stages[@]}"; do
         ${RUN_ARGS:---requests 320 --warmup 64 --arm eager=engine.cuda_graphs=false --arm graphs=engine.cuda_graphs=true} \
         --out /tmp/run-c64 2>&1 | tee "$OUT/bench_run.log"
       cp /tmp/run-c64/summary.json "$OUT/run_c64_summary.json" 2>/dev/null ;;
-    evidence)  # EVIDENCE="name:engine.key[:A:B] ..." each an ABBA comparison key=A (arm
+    evidence)  # EVIDENCE="name:engine.key[+engine.key2][:A:B] ..." each an ABBA comparison key=A (arm
       # (of EVIDENCE_SCENARIO, default qwen35, at EVIDENCE_C, default 64)
       # "off", default false) vs key=B ("on", default true), 3 blocks, report; one tarball
       # back per comparison. A comparison starts only while EVIDENCE_UNTIL (seconds since
@@ -222,6 +222,8 @@ for stage in "${stages[@]}"; do
       began=$SECONDS
       for spec in ${EVIDENCE:-graphs:engine.cuda_graphs}; do
         IFS=: read -r name key a b <<< "$spec"; a=${a:-false}; b=${b:-true}
+        IFS=+ read -r -a keys <<< "$key"  # engine.k1+engine.k2: both settings in each arm
+        off=$(printf "%s=$a," "${keys[@]}") on=$(printf "%s=$b," "${keys[@]}")
         if (( SECONDS - began > ${EVIDENCE_UNTIL:-300} )); then echo "skipped $name"; continue; fi
         echo "== $name ($key) at $((SECONDS - began)) s"
         rm -rf "/tmp/ev-$name" "/tmp/ev-$name.log"  # a run directory must be new or empty
@@ -238,7 +240,7 @@ for stage in "${stages[@]}"; do
           ${EVIDENCE_SCENARIO:-qwen35} -c ${EVIDENCE_C:-64} --abba \
           --blocks 3 --time-budget ${EVIDENCE_BUDGET:-300} --report \
           ${EVIDENCE_LOAD:---requests 320 --warmup 64} --out /tmp/ev-$name "${more[@]}" \
-          --arm "off=$key=$a" --arm "on=$key=$b" > /tmp/ev-$name.log 2>&1
+          --arm "off=${off%,}" --arm "on=${on%,}" > /tmp/ev-$name.log 2>&1
         echo "exit $? after $((SECONDS - began)) s" | tee -a /tmp/ev-$name.log
         python3 scripts/run_counts.py /tmp/ev-$name >> /tmp/ev-$name.log 2>&1
         head -n 30 /tmp/ev-$name.log
@@ -375,7 +377,7 @@ for stage in "${stages[@]}"; do
         tests/test_gpu.py tests/test_gpu_kernels.py \
         -k "fence or split_mixed or one_host_buffer or taking_a_steps_rows or prefill_plan" 2>&1 \
         | grep -E "PASSED|FAILED|ERROR|passed|failed|Error|tokens as" | tee "$OUT/split_tests.log"
-      CLOSED_OPTS="${SPLIT_OPTS-;--set engine.split_mixed=true;--set engine.split_mixed=true --set engine.piecewise_gdn=true}" ;&
+      CLOSED_OPTS="${SPLIT_OPTS-;--set engine.prefill_stream=false --set engine.split_mixed=true;--set engine.prefill_stream=false --set engine.split_mixed=true --set engine.piecewise_gdn=true}" ;&
     closed)  # the c=64 server's closed loop in process (bench_decode_loop --closed: each request
       # that ends replaced at once, the scenario's lengths, prefill steps and the hold as
       # served, no HTTP): output tok/s, decode and prompt iterations apart with their host
@@ -389,11 +391,12 @@ for stage in "${stages[@]}"; do
     pstream)  # engine.prefill_stream (prefill steps on a stream of their own beside the
       # decode steps): its GPU tests (tiny fp32 against the CPU reference; 0.8b's tokens
       # against one stream's, eager and captured Gated DeltaNet), then the closed loop on the
-      # defaults and with it (PSTREAM_OPTS, ';'-separated as CLOSED_OPTS). ~6 minutes
+      # defaults (prefill_stream and piecewise_gdn on at 0.8b since session 18), without both,
+      # and without the stream (PSTREAM_OPTS, ';'-separated as CLOSED_OPTS). ~4 minutes
       timeout 300 python3 -m pytest -m gpu -v -rA -s tests/test_gpu.py -k "prefill_stream" \
         2>&1 | grep -E "PASSED|FAILED|ERROR|passed|failed|Error|tokens as" \
         | tee -a "$OUT/pstream_tests.log"
-      IFS=';' read -r -a runs <<< "${PSTREAM_OPTS-;--set engine.prefill_stream=true;--set engine.prefill_stream=true --set engine.piecewise_gdn=true}"
+      IFS=';' read -r -a runs <<< "${PSTREAM_OPTS-;--set engine.prefill_stream=false --set engine.piecewise_gdn=false;--set engine.prefill_stream=false}"
       closed_loop ;;
     loop)  # the served decode iteration apart (benchmarks/bench_decode_loop.py): 0.8b's worker,
       # 64 requests of 512 tokens decoding, strict and overlapped loops, pdl off and on: the

@@ -47,6 +47,17 @@ def test_overrides_are_typed():
     assert load_scenario("qwen35", "0.8b").to_dict()["engine"]["decode_attention"] == "triton"
     s = load_scenario("qwen35", "0.8b", parse_overrides("engine.decode_attention=flashinfer"))
     assert s.to_dict()["engine"]["decode_attention"] == "flashinfer"  # a run's manifest
+    big = load_scenario("qwen35", "0.8b").engine  # session 18's defaults, an arm turns them off
+    assert big.prefill_stream and big.piecewise_gdn
+    text = "engine.prefill_stream=false,engine.piecewise_gdn=false"
+    off = load_scenario("qwen35", "0.8b", parse_overrides(text)).to_dict()["engine"]
+    assert (off["prefill_stream"], off["piecewise_gdn"]) == (False, False)
+    with pytest.raises(ConfigError, match="set engine.prefill_stream=false with them"):
+        load_scenario("qwen35", "0.8b", parse_overrides("engine.mixing=true"))
+    s = load_scenario(
+        "qwen35", "0.8b", parse_overrides("engine.mixing=true,engine.prefill_stream=false")
+    )
+    assert s.engine.mixing and not s.engine.prefill_stream
 
 
 @pytest.mark.parametrize("name,size,overrides,message", [

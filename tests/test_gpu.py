@@ -234,21 +234,26 @@ def test_tiny_prefill_stream_on_cuda_equals_the_cpu_reference():
 
 @pytest.mark.parametrize("piecewise_gdn", [False, True])
 def test_08b_prefill_stream_emits_the_tokens_of_one_stream(piecewise_gdn):
-    """engine.prefill_stream on the GPU: 0.8b in bf16, prompts below and above the split
-    kernel's threshold arriving a step apart, the overlapped loop: each prefill step runs on
-    its own stream (its own ops, step inputs and piecewise graphs) beside the decode graphs of
-    the rows before it, and the tokens are one stream's (a bf16 near-tie may flip where a
-    row's steps group differently: at least 95% agree, the count printed)."""
+    """engine.prefill_stream on the GPU: 0.8b in bf16, the overlapped loop, prompts below and
+    above the split kernel's threshold. All arriving at once (the same steps either way: one
+    prefill step, then decode steps), the tokens are one stream's exactly. Arriving a step
+    apart, each prefill step runs on its own stream beside the decode graphs of the rows
+    before it: every request runs to its length and two runs give the same tokens (a race
+    between the streams would not repeat). Against one stream's staggered run the prompts
+    group into other prefill steps, and bf16 near-ties then part a few requests (session 18:
+    the captured Gated DeltaNet's one-stream run parts as much from its own all-at-once run),
+    so that agreement is printed, not held."""
     lengths = [5, 40, 300, 700, 128, 256, 33, 512]
     prompts = [[(13 * i + j) % 240000 + 1 for j in range(n)] for i, n in enumerate(lengths)]
-    run = partial(greedy_on, "cuda", "bfloat16", "0.8b", prompts, 32, stagger=True,
-                  overlap=True, piecewise_gdn=piecewise_gdn)  # fmt: skip
-    one, _ = run()
-    two, _ = run(prefill_stream=True)
-    same = sum(a == b for rid in one for a, b in zip(one[rid], two[rid], strict=True))
-    print(f"prefill stream: {same} of {32 * len(prompts)} tokens as one stream's")
+    run = partial(greedy_on, "cuda", "bfloat16", "0.8b", prompts, 32, overlap=True,
+                  piecewise_gdn=piecewise_gdn)  # fmt: skip
+    assert run(prefill_stream=True)[0] == run()[0]  # all at once: the same steps
+    one, _ = run(stagger=True)
+    two, _ = run(stagger=True, prefill_stream=True)
     assert all(len(two[rid]) == 32 for rid in two)
-    assert same >= 0.95 * 32 * len(prompts)
+    assert run(stagger=True, prefill_stream=True)[0] == two
+    same = sum(a == b for rid in one for a, b in zip(one[rid], two[rid], strict=True))
+    print(f"prefill stream, staggered: {same} of {32 * len(prompts)} tokens as one stream's")
 
 
 @pytest.mark.parametrize("decode_attention", ["flashinfer", "triton"])
@@ -319,6 +324,7 @@ def test_08b_piecewise_replay_equals_eager_for_every_bucket(piecewise_gdn):
         load_scenario("qwen35", "0.8b").engine, kv_pages=2048, state_slots=96, max_rows=64,
         max_tokens_per_step=2048, piecewise_gdn=piecewise_gdn,
         gdn_prefill="triton_split" if piecewise_gdn else "auto",
+        prefill_stream=False,  # one engine's steps compared, and a mixed step below
     )  # fmt: skip
     model = build_model("qwen35", "0.8b", 0, "bfloat16", "cuda")
     engine = Engine(model, config)
