@@ -59,13 +59,19 @@ def greedy_on(
 def test_tiny_engine_on_cuda_equals_the_cpu_reference():
     prompts = [[(7 * i + j) % 4000 + 1 for j in range(n)] for i, n in enumerate([3, 30, 17, 64])]
     cuda, _ = greedy_on("cuda", "float32", "tiny", prompts, 16)
+    assert_the_cpu_references_tokens(cuda, prompts, 16)
+
+
+def assert_the_cpu_references_tokens(got: dict[int, list[int]], prompts, n: int) -> None:
+    """Each prompt's `got` tokens are the tiny fp32 CPU model's n greedy tokens, full
+    forward each step (no cache, no batching: the reference)."""
     cpu_model = build_model("qwen35", "tiny", 0, "float32", "cpu")
     for rid, prompt in enumerate(prompts):
         tokens = list(prompt)
         with torch.inference_mode():
-            for _ in range(16):
+            for _ in range(n):
                 tokens.append(int(cpu_model.forward_full(torch.tensor(tokens))[-1].argmax()))
-        assert cuda[rid] == tokens[len(prompt) :], f"prompt {rid}"
+        assert got[rid] == tokens[len(prompt) :], f"prompt {rid}"
 
 
 def _prefill_logits(model, prompts: list[list[int]], kernels: str, **engine) -> torch.Tensor:
@@ -223,13 +229,7 @@ def test_tiny_prefill_stream_on_cuda_equals_the_cpu_reference():
     prompts = [[(7 * i + j) % 4000 + 1 for j in range(n)] for i, n in enumerate(lengths)]
     cuda, _ = greedy_on("cuda", "float32", "tiny", prompts, 16, overlap=True, stagger=True,
                         prefill_stream=True)  # fmt: skip
-    cpu_model = build_model("qwen35", "tiny", 0, "float32", "cpu")
-    for rid, prompt in enumerate(prompts):
-        tokens = list(prompt)
-        with torch.inference_mode():
-            for _ in range(16):
-                tokens.append(int(cpu_model.forward_full(torch.tensor(tokens))[-1].argmax()))
-        assert cuda[rid] == tokens[len(prompt) :], f"prompt {rid}"
+    assert_the_cpu_references_tokens(cuda, prompts, 16)
 
 
 @pytest.mark.parametrize("piecewise_gdn", [False, True])

@@ -60,21 +60,27 @@ def test_overlapped_loop_emits_the_strict_loops_frames():
     eos = sorted({_tokens(probe[3])[3], _tokens(probe[5])[8], _tokens(probe[7])[1]})
     strict, _ = _run(False, _requests(ignore_eos=False), eos, abort_after=4)
     overlapped, worker = _run(True, _requests(ignore_eos=False), eos, abort_after=4)
-    assert set(strict) == set(overlapped)
     reasons = {frames[-1].finish_reason for frames in strict.values()}
     assert {"stop", "length", "abort"} <= reasons  # the workload hit every way to end
+    _assert_the_strict_loops_frames(strict, overlapped, worker)
+
+
+def _assert_the_strict_loops_frames(strict: dict, got: dict, worker) -> None:
+    """`got` (frames per rid of another loop) is `strict`'s: every request's last frame ends
+    it and none follows (no frame after a stop), the same tokens and finish reason, request 0
+    (aborted: where the abort lands depends on the loop) a prefix of its strict tokens; and
+    the worker gave everything back (its pools full again, no work left)."""
+    assert set(got) == set(strict)
     for rid, frames in strict.items():
-        got = overlapped[rid]
-        # Every request's last frame ends it, and none follows: no frame after a stop.
-        assert got[-1].finish_reason is not None
-        assert all(f.finish_reason is None for f in got[:-1]), rid
-        if rid == 0:  # aborted: where the abort lands depends on the loop; a prefix, ended
-            assert got[-1].finish_reason == "abort"
-            assert _tokens(got) == _tokens(frames)[: len(_tokens(got))]
+        mine = got[rid]
+        assert mine[-1].finish_reason is not None
+        assert all(f.finish_reason is None for f in mine[:-1]), rid
+        if rid == 0:
+            assert mine[-1].finish_reason == "abort"
+            assert _tokens(mine) == _tokens(frames)[: len(_tokens(mine))]
             continue
-        assert _tokens(got) == _tokens(frames), rid
-        assert got[-1].finish_reason == frames[-1].finish_reason, rid
-    # Everything returned: the pools are full again.
+        assert _tokens(mine) == _tokens(frames), rid
+        assert mine[-1].finish_reason == frames[-1].finish_reason, rid
     assert worker.engine.cache.pages.num_free == worker.engine.cache.pages.size
     assert worker.engine.cache.slots.num_free == worker.engine.cache.slots.size
     assert not worker.has_work()
@@ -216,20 +222,7 @@ def test_prefill_stream_emits_the_strict_loops_frames(monkeypatch):
     beside = _delayed_prefills(monkeypatch, polls=3)
     for overlap in (False, True):
         got, worker = _run(overlap, _requests(ignore_eos=False), eos, 4, prefill_stream=True)
-        assert set(got) == set(strict)
-        for rid, frames in strict.items():
-            mine = got[rid]
-            assert mine[-1].finish_reason is not None
-            assert all(f.finish_reason is None for f in mine[:-1]), rid
-            if rid == 0:  # aborted: a prefix, ended
-                assert mine[-1].finish_reason == "abort"
-                assert _tokens(mine) == _tokens(frames)[: len(_tokens(mine))]
-                continue
-            assert _tokens(mine) == _tokens(frames), (overlap, rid)
-            assert mine[-1].finish_reason == frames[-1].finish_reason, rid
-        assert not worker.has_work()
-        assert worker.engine.cache.pages.num_free == worker.engine.cache.pages.size
-        assert worker.engine.cache.slots.num_free == worker.engine.cache.slots.size
+        _assert_the_strict_loops_frames(strict, got, worker)
         for hold in (0, 4):
             staggered, _ = _staggered(overlap, hold=hold, prefill_stream=True)
             assert staggered == plain[hold], (overlap, hold)
