@@ -46,6 +46,7 @@ from engine.config import ConfigError, load_scenario, parse_overrides
 from engine.messages import AddRequest
 from engine.worker.engine import Engine
 from engine.worker.main import build_engine
+from engine.worker.worker import spin
 
 CLOCK_HZ = 1.98e9  # the H200's SM clock under load: torch.cuda._sleep counts its cycles
 
@@ -137,16 +138,10 @@ def loop_ms(decode, prefill, every: int, cycles: int, two: bool, host_ms: float)
                     prefill()
             if before is not None:
                 before.synchronize()
-            _spin(host_ms / 1e3)
+            spin(host_ms / 1e3)
             before = done
     torch.cuda.synchronize()
     return (time.perf_counter() - t0) * 1e3 / cycles
-
-
-def _spin(seconds: float) -> None:
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        pass
 
 
 def prefill_engine(scenario, rows: int, length: int, overrides: dict) -> tuple[Engine, Callable]:

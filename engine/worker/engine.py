@@ -158,32 +158,28 @@ class Engine:
         slots = 2 if config.double_buffer else 1
         if config.piecewise_gdn and not config.piecewise_graphs:
             raise ConfigError("engine.piecewise_gdn needs engine.piecewise_graphs: true")
-        self.ops = build_ops(
-            config.kernels, model, self.device, config.page_size, slots, config.gdn_prefill,
-            config.decode_tensor_cores, config.piecewise_gdn, config.gdn_split,
-            config.gdn_split_from_tokens, config.dense_kernel, config.triton_launch,
-            config.decode_attention, config.pdl, config.gdn_decode,
-        )  # fmt: skip
         max_pages = self.cache.pages_for(config.max_model_len)
-        self.inputs = StepInputs(
-            config.max_tokens_per_step, config.max_rows, max_pages, self.device, slots
-        )
-        # engine.prefill_stream on CUDA: the prefill steps' own ops and step inputs (a second
-        # FlashInfer workspace, plans and sampler staging), so that a prefill running beside a
-        # decode step shares no buffer with it; elsewhere (a CPU runs each step at launch) the
-        # prefill lane is the engine's own resources
-        side = config.prefill_stream and self.device.type == "cuda"
-        prefill_ops = prefill_inputs = None
-        if side:
-            prefill_ops = build_ops(
+
+        def staged() -> tuple[object, StepInputs]:
+            """A lane's ops and step inputs, built from the config."""
+            ops = build_ops(
                 config.kernels, model, self.device, config.page_size, slots, config.gdn_prefill,
                 config.decode_tensor_cores, config.piecewise_gdn, config.gdn_split,
                 config.gdn_split_from_tokens, config.dense_kernel, config.triton_launch,
                 config.decode_attention, config.pdl, config.gdn_decode,
             )  # fmt: skip
-            prefill_inputs = StepInputs(
+            inputs = StepInputs(
                 config.max_tokens_per_step, config.max_rows, max_pages, self.device, slots
             )
+            return ops, inputs
+
+        self.ops, self.inputs = staged()
+        # engine.prefill_stream on CUDA: the prefill steps' own ops and step inputs (a second
+        # FlashInfer workspace, plans and sampler staging), so that a prefill running beside a
+        # decode step shares no buffer with it; elsewhere (a CPU runs each step at launch) the
+        # prefill lane is the engine's own resources
+        side = config.prefill_stream and self.device.type == "cuda"
+        prefill_ops, prefill_inputs = staged() if side else (None, None)
         self._check_double_buffering()
         if config.split_mixed:  # two stagings and plans a step: a slot's next use may come
             # before its last copy ran; wait for it there (engine/staging.py, INVARIANTS 64)

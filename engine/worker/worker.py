@@ -272,7 +272,7 @@ class Worker:
         )
         t_tail = now_ns() if timing else 0
         if self.planted_delay_s:  # bench power's known slowdown, inside the postprocess work
-            _spin(self.planted_delay_s)
+            spin(self.planted_delay_s)
         for rid in result.finished + result.failed:  # this node's part of them ends
             self._remove_request(rid)
         self._emit(result.frames, after=0)
@@ -290,7 +290,7 @@ class Worker:
         return len(self.engine.requests[rid].prompt)
 
 
-def _spin(seconds: float) -> None:
+def spin(seconds: float) -> None:
     """Busy-wait: the planted slowdown must cost CPU time like real work, not sleep."""
     end = time.perf_counter() + seconds
     while time.perf_counter() < end:
