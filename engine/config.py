@@ -110,8 +110,8 @@ class EngineConfig:
     piecewise_graphs: bool = True
     # The piecewise graphs capture the Gated DeltaNet op too (only attention stays eager): its
     # kernels on grids fixed per token bucket, reading the step's row and chunk tables from
-    # the staged inputs (engine/kernels/gdn_tables.py). Needs piecewise_graphs. Off until it
-    # has run on a GPU.
+    # the staged inputs (engine/kernels/gdn_tables.py). Needs piecewise_graphs (an arm turning
+    # those off turns this off too). On at qwen35 0.8b (scenarios/qwen35.yaml).
     piecewise_gdn: bool = False
     # The codec stage (Orpheus's SNAC) replays its decode as CUDA graphs captured per
     # window-count bucket up to max_rows (engine/worker/codec_graphs.py); ignored on a CPU.
@@ -208,6 +208,12 @@ class EngineConfig:
                 "engine.prefill_stream launches prompt rows apart from decode rows; it cannot "
                 "be combined with engine.mixing or engine.split_mixed (set "
                 "engine.prefill_stream=false with them)"
+            )
+        if self.piecewise_gdn and not self.piecewise_graphs:
+            raise ConfigError(
+                "engine.piecewise_gdn captures Gated DeltaNet inside the piecewise graphs; it "
+                "needs engine.piecewise_graphs: true (set engine.piecewise_gdn=false with "
+                "engine.piecewise_graphs=false)"
             )
         if self.pdl and self.device != "cuda":
             raise ConfigError("engine.pdl needs engine.device: cuda (Hopper's launch control)")

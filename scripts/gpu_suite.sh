@@ -57,10 +57,11 @@ for stage in "${stages[@]}"; do
   case $stage in
     tests|models)  # the GPU tests, in two calls' worth (session 8: all of them outran 420 s):
       # `tests` the kernels and the double buffer, `models` the engines (tests/test_gpu.py);
-      # -v names each result as it comes, so a run cut by its guard still says what passed
+      # -v names each result as it comes, so a run cut by its guard still says what passed;
+      # TESTS_K="expr": only the tests pytest -k selects (e.g. a last call's failures)
       files=(tests/test_gpu_double_buffer.py tests/test_gpu_kernels.py)
       [ "$stage" = models ] && files=(tests/test_gpu.py)
-      timeout 500 python3 -m pytest -m gpu -v -rA "${files[@]}" 2>&1 \
+      timeout 500 python3 -m pytest -m gpu -v -rA ${TESTS_K:+-k "$TESTS_K"} "${files[@]}" 2>&1 \
         | grep -E "PASSED|FAILED|ERROR|SKIPPED|passed|failed|Error" | tee -a "$OUT/gpu_tests.log" ;;
     quick)  # the loop, graphs, buffers and sampler, without the slow 0.8b model comparisons
       # (the 0.8b piecewise replay test, off and on for engine.piecewise_gdn: stage gdncap)

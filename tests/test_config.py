@@ -52,6 +52,9 @@ def test_overrides_are_typed():
     text = "engine.prefill_stream=false,engine.piecewise_gdn=false"
     off = load_scenario("qwen35", "0.8b", parse_overrides(text)).to_dict()["engine"]
     assert (off["prefill_stream"], off["piecewise_gdn"]) == (False, False)
+    text = "engine.piecewise_graphs=false,engine.piecewise_gdn=false"  # the piecewise arm
+    off = load_scenario("qwen35", "0.8b", parse_overrides(text)).to_dict()["engine"]
+    assert (off["piecewise_graphs"], off["piecewise_gdn"]) == (False, False)
     with pytest.raises(ConfigError, match="set engine.prefill_stream=false with them"):
         load_scenario("qwen35", "0.8b", parse_overrides("engine.mixing=true"))
     s = load_scenario(
@@ -77,6 +80,8 @@ def test_overrides_are_typed():
     ("qwen35", "tiny", "engine.gdn_split=chunk=32,warps=8", "unknown split config field 'warps'"),
     ("qwen35", "tiny", "engine.dense_kernel=cublas",
      "engine.dense_kernel must be one of torch, triton, head, got 'cublas'"),
+    ("qwen35", "0.8b", "engine.piecewise_graphs=false",
+     "set engine.piecewise_gdn=false with engine.piecewise_graphs=false"),
     ("qwen35", "0.8b", "engine.gdn_decode=persistent",
      "engine.gdn_decode must be one of grid, pipelined, got 'persistent'"),
     ("qwen35", "0.8b", "engine.decode_attention=fa3",

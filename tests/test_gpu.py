@@ -78,7 +78,7 @@ def _prefill_logits(model, prompts: list[list[int]], kernels: str, **engine) -> 
     """The first-token logits [R, V] of one prefill step over every prompt at once."""
     config = replace(
         load_scenario("qwen35", "0.8b").engine, kernels=kernels, cuda_graphs=False,
-        piecewise_graphs=False, **engine,
+        piecewise_graphs=False, piecewise_gdn=False, **engine,
     )  # fmt: skip
     engine = Engine(model, config)
     for rid, prompt in enumerate(prompts):
@@ -325,6 +325,7 @@ def test_08b_piecewise_replay_equals_eager_for_every_bucket(piecewise_gdn):
         max_tokens_per_step=2048, piecewise_gdn=piecewise_gdn,
         gdn_prefill="triton_split" if piecewise_gdn else "auto",
         prefill_stream=False,  # one engine's steps compared, and a mixed step below
+        prefill_hold_steps=0,  # the mixed step's prompts join its decode rows at once
     )  # fmt: skip
     model = build_model("qwen35", "0.8b", 0, "bfloat16", "cuda")
     engine = Engine(model, config)

@@ -213,7 +213,12 @@ def test_recycled_handle_has_no_limits_until_registered():
     assert missed is None  # every row's limits are registered
 
 
-def test_end_partition_inside_a_loop_fails_the_row():
+@pytest.mark.parametrize("walks", [["prefill", "decode"], ["decode", "decode"]])
+def test_end_partition_inside_a_loop_fails_the_row(walks):
+    """A row that asks to end its partition inside a loop fails (error frame); a prefill row
+    (no loop) ends its reply. Both a mixed step and a one-walk decode step (whose rows the
+    postprocess handles as one: the fast path)."""
+
     class Rogue(Qwen35Node):
         def check_stop(self, rows):
             check = super().check_stop(rows)
@@ -222,9 +227,38 @@ def test_end_partition_inside_a_loop_fails_the_row():
 
     node = Rogue(EOS)
     rt = _runtime(node, {0: (9, False), 1: (9, False)})
-    rt.walk_of[rt.handle(1)] = "decode"
-    out = _output(rt.handles([0, 1]), [0, 1], ["prefill", "decode"], [1, 1])
+    for rid, walk in enumerate(walks):
+        rt.walk_of[rt.handle(rid)] = walk
+    out = _output(rt.handles([0, 1]), [0, 1], walks, [1, 1])
     stops = Driver(node, {0: (9, False), 1: (9, False)}, {0: 1, 1: 2}).check(out, np.arange(2))
     result = Driver(node, {}, {}).run(PhasedPostprocess(rt), PostprocessRequest(out, False, stops))
-    assert result.finished == [0] and result.failed == [1]
-    assert result.frames[1].finish_reason == "error"
+    assert result.finished == [r for r, w in enumerate(walks) if w == "prefill"]
+    assert result.failed == [r for r, w in enumerate(walks) if w == "decode"]
+    for rid in result.failed:
+        frame = result.frames[rid]
+        assert (frame.finish_reason, frame.error) == ("error", "stop check failed")
+        assert frame.prompt_tokens == 100 + rid  # the final frame's usage
+
+
+def test_a_prefill_row_that_goes_on_is_routed_to_its_next_walk():
+    """A prefill step's rows that did not stop complete their walk: the SEND break names
+    them, the runtime moves each to the walk that follows (decode), and their frames carry
+    no finish; a row that stopped on the same step ends instead."""
+    node = Qwen35Node(EOS)
+    requests = {0: (9, False), 1: (9, False), 2: (1, False)}
+    rt = _runtime(node, requests)
+    out = _output(rt.handles([0, 1, 2]), [0, 1, 2], ["prefill"] * 3, [1, 5, 2])
+    pp, plans = PhasedPostprocess(rt), []
+    brk = pp.begin(PostprocessRequest(out, True))
+    while brk.need is not PostprocessNeed.DONE:
+        if brk.need is PostprocessNeed.SEND:
+            plans.append(brk.plan)
+            brk = pp.resume(SendInput({r: 100 + r for r in brk.plan.finished}))
+        else:  # the prefill walk declares no policy: the model decides
+            brk = pp.resume(Driver(node, requests, {0: 1, 1: 1, 2: 1}).check(out, brk.rows))
+    result = brk.result
+    assert [p.completed_walks for p in plans] == [[(0, "prefill")]]
+    assert plans[0].finished == [1, 2]  # rid 1 on EOS, rid 2 at its one-token budget
+    assert [rt.walk_of[rt.handle(r)] for r in (0, 1, 2)] == ["decode", "prefill", "prefill"]
+    reasons = [(f.finish_reason, f.prompt_tokens) for f in result.frames]
+    assert reasons == [(None, 0), ("stop", 101), ("length", 102)]

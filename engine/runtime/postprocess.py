@@ -111,11 +111,14 @@ class PhasedPostprocess:
         request = _drop_removed(request, rt)
         out = request.output
         handles = out.handles
+        # in_loop: whether each row's walk is a loop's; one bool for a one-walk step (the
+        # common decode step), so its per-row arrays below are skipped, not computed
+        in_loop: bool | np.ndarray
         if out.walk is not None:  # one walk: whole-array updates
             loop = rt.graph.loop_of(out.walk)
             if loop is not None:  # this step is one more iteration of the loop
                 rt.iters[loop][handles] += 1
-            in_loop = np.full(len(handles), loop is not None)
+            in_loop = loop is not None
         else:
             walks = np.array(out.row_walks)
             for loop, walk in rt.graph.loops.items():
@@ -124,8 +127,12 @@ class PhasedPostprocess:
 
         check = yield from self._check_stops(request, handles)
         failed = np.zeros(len(handles), dtype=bool)
-        failed[check.failed] = True
-        failed |= check.end_partition & in_loop  # a loop cannot end its partition mid-way
+        if check.failed:
+            failed[check.failed] = True
+        if in_loop is True:
+            failed |= check.end_partition  # a loop cannot end its partition mid-way
+        elif in_loop is not False:
+            failed |= check.end_partition & in_loop
         stopped = (check.stopped | check.end_partition) & ~failed
 
         logprobs = None
@@ -133,13 +140,16 @@ class PhasedPostprocess:
             logprobs = yield Break(PostprocessNeed.STORE, out, rows=np.arange(len(handles)))
 
         completed = []  # route: rows whose walk ended without ending the reply
-        for row in np.flatnonzero(~stopped & ~failed & ~in_loop):
-            handle, walk = int(handles[row]), out.row_walks[row]
-            rt.walk_of[handle] = rt.graph.next_walk(walk)
-            completed.append((int(out.rids[row]), walk))
+        if in_loop is not True:
+            for row in np.flatnonzero(~(stopped | failed | in_loop)).tolist():
+                handle, walk = int(handles[row]), out.row_walks[row]
+                rt.walk_of[handle] = rt.graph.next_walk(walk)
+                completed.append((int(out.rids[row]), walk))
 
-        finished = out.rids[stopped].tolist()
-        failed_rids = out.rids[failed].tolist()
+        finished: list[int] = []
+        failed_rids: list[int] = []
+        if stopped.any() or failed.any():
+            finished, failed_rids = out.rids[stopped].tolist(), out.rids[failed].tolist()
         prompt_tokens: dict[int, int] = {}
         if finished or failed_rids or completed:
             plan = SendPlan(finished, failed_rids, completed)
@@ -194,24 +204,25 @@ def _drop_removed(request: PostprocessRequest, rt: GraphRuntime) -> PostprocessR
 
 
 def _frames(out, stopped, by_token, failed, logprobs, prompt_tokens) -> list[TokenFrame]:
-    tokens = out.tokens.tolist()
+    """One frame a row. Built plain (positional fields, one list comprehension) and then
+    marked where a row ended: at c=64 most steps end no row, and the per-row keyword build
+    with its branches was ~0.7 us a row, a third of the runtime's postprocess span."""
     rids = out.rids.tolist()
-    frames = []
-    for row, rid in enumerate(rids):
-        reason = None
+    if out.audio is None:
+        tokens = out.tokens.tolist()
+        frames = [TokenFrame(rid, [token]) for rid, token in zip(rids, tokens, strict=True)]
+    else:
+        frames = [TokenFrame(rid, [], audio=pcm) for rid, pcm in zip(rids, out.audio, strict=True)]
+    if logprobs is not None:
+        values = np.asarray(logprobs, dtype=np.float64).tolist()
+        for frame, logprob in zip(frames, values, strict=True):
+            frame.logprobs = [logprob]
+    for row in np.flatnonzero(stopped | failed).tolist():
+        frame = frames[row]
         if failed[row]:
-            reason = "error"
-        elif stopped[row]:
-            reason = "stop" if by_token[row] else "length"
-        frames.append(
-            TokenFrame(
-                rid=rid,
-                tokens=[tokens[row]] if out.audio is None else [],
-                logprobs=None if logprobs is None else [float(logprobs[row])],
-                finish_reason=reason,
-                prompt_tokens=prompt_tokens.get(rid, 0),
-                error="stop check failed" if failed[row] else None,
-                audio=None if out.audio is None else out.audio[row],
-            )
-        )
+            frame.finish_reason, frame.error = "error", "stop check failed"
+        else:
+            frame.finish_reason = "stop" if by_token[row] else "length"
+    for frame in frames if prompt_tokens else ():
+        frame.prompt_tokens = prompt_tokens.get(frame.rid, 0)
     return frames

@@ -156,8 +156,6 @@ class Engine:
             model.restrict_head(*logit_span)  # before the ops and graphs take the head
             self.first_logit = logit_span[0]
         slots = 2 if config.double_buffer else 1
-        if config.piecewise_gdn and not config.piecewise_graphs:
-            raise ConfigError("engine.piecewise_gdn needs engine.piecewise_graphs: true")
         max_pages = self.cache.pages_for(config.max_model_len)
 
         def staged() -> tuple[object, StepInputs]:
