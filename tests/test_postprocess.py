@@ -55,6 +55,7 @@ class Driver:
     def __init__(self, node, requests, outputs_so_far):
         self.node, self.requests, self.counts = node, requests, outputs_so_far
         self.breaks = []
+        self.plans = []  # each SEND break's plan
 
     def run(self, pp: PhasedPostprocess, request: PostprocessRequest):
         brk = pp.begin(request)
@@ -66,6 +67,7 @@ class Driver:
             elif brk.need is PostprocessNeed.STORE:
                 answer = out.logprobs[brk.rows]
             else:
+                self.plans.append(brk.plan)
                 rids = brk.plan.finished + brk.plan.failed
                 answer = SendInput({rid: 100 + rid for rid in rids})
             brk = pp.resume(answer)
@@ -248,17 +250,10 @@ def test_a_prefill_row_that_goes_on_is_routed_to_its_next_walk():
     requests = {0: (9, False), 1: (9, False), 2: (1, False)}
     rt = _runtime(node, requests)
     out = _output(rt.handles([0, 1, 2]), [0, 1, 2], ["prefill"] * 3, [1, 5, 2])
-    pp, plans = PhasedPostprocess(rt), []
-    brk = pp.begin(PostprocessRequest(out, True))
-    while brk.need is not PostprocessNeed.DONE:
-        if brk.need is PostprocessNeed.SEND:
-            plans.append(brk.plan)
-            brk = pp.resume(SendInput({r: 100 + r for r in brk.plan.finished}))
-        else:  # the prefill walk declares no policy: the model decides
-            brk = pp.resume(Driver(node, requests, {0: 1, 1: 1, 2: 1}).check(out, brk.rows))
-    result = brk.result
-    assert [p.completed_walks for p in plans] == [[(0, "prefill")]]
-    assert plans[0].finished == [1, 2]  # rid 1 on EOS, rid 2 at its one-token budget
+    driver = Driver(node, requests, {0: 1, 1: 1, 2: 1})  # prefill: the model decides stops
+    result = driver.run(PhasedPostprocess(rt), PostprocessRequest(out, True))
+    assert [p.completed_walks for p in driver.plans] == [[(0, "prefill")]]
+    assert driver.plans[0].finished == [1, 2]  # rid 1 on EOS, rid 2 at its one-token budget
     assert [rt.walk_of[rt.handle(r)] for r in (0, 1, 2)] == ["decode", "prefill", "prefill"]
     reasons = [(f.finish_reason, f.prompt_tokens) for f in result.frames]
     assert reasons == [(None, 0), ("stop", 101), ("length", 102)]

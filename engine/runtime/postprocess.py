@@ -112,7 +112,7 @@ class PhasedPostprocess:
         out = request.output
         handles = out.handles
         # in_loop: whether each row's walk is a loop's; one bool for a one-walk step (the
-        # common decode step), so its per-row arrays below are skipped, not computed
+        # common decode step), so its routing below is skipped, not computed row by row
         in_loop: bool | np.ndarray
         if out.walk is not None:  # one walk: whole-array updates
             loop = rt.graph.loop_of(out.walk)
@@ -129,10 +129,7 @@ class PhasedPostprocess:
         failed = np.zeros(len(handles), dtype=bool)
         if check.failed:
             failed[check.failed] = True
-        if in_loop is True:
-            failed |= check.end_partition  # a loop cannot end its partition mid-way
-        elif in_loop is not False:
-            failed |= check.end_partition & in_loop
+        failed |= check.end_partition & in_loop  # a loop cannot end its partition mid-way
         stopped = (check.stopped | check.end_partition) & ~failed
 
         logprobs = None
@@ -217,12 +214,11 @@ def _frames(out, stopped, by_token, failed, logprobs, prompt_tokens) -> list[Tok
         values = np.asarray(logprobs, dtype=np.float64).tolist()
         for frame, logprob in zip(frames, values, strict=True):
             frame.logprobs = [logprob]
-    for row in np.flatnonzero(stopped | failed).tolist():
+    for row in np.flatnonzero(stopped | failed).tolist():  # the rows whose reply ends
         frame = frames[row]
         if failed[row]:
             frame.finish_reason, frame.error = "error", "stop check failed"
         else:
             frame.finish_reason = "stop" if by_token[row] else "length"
-    for frame in frames if prompt_tokens else ():
-        frame.prompt_tokens = prompt_tokens.get(frame.rid, 0)
+        frame.prompt_tokens = prompt_tokens.get(frame.rid, 0)  # the SEND break's: theirs
     return frames
