@@ -38,6 +38,7 @@ from engine.messages import (
     Abort,
     AddRequest,
     GetStats,
+    Heartbeat,
     Ready,
     Shutdown,
     StepFrames,
@@ -46,6 +47,7 @@ from engine.messages import (
     decode_to_worker,
     encode,
 )
+from engine.worker.heartbeat import HEARTBEAT_S
 
 VOCAB = 248_320  # the 0.8b preset's: the load's token ids must be valid
 MAX_LEN = 4096
@@ -79,7 +81,7 @@ def stand_in_worker(ipc: str, tick_s: float, report: str) -> None:
     ticks = busy = tokens = 0
     began = None
     stop = False
-    next_tick = time.perf_counter()
+    next_tick = beat = time.perf_counter()
     while not stop:
         while inbox.poll(0):
             msg = decode_to_worker(inbox.recv())
@@ -98,6 +100,9 @@ def stand_in_worker(ipc: str, tick_s: float, report: str) -> None:
             busy += len(frames)
             tokens += len(frames)
             outbox.send(encode(StepFrames(frames)))
+        if time.perf_counter() - beat >= HEARTBEAT_S:  # alive, for the server's watchdog
+            beat = time.perf_counter()
+            outbox.send(encode(Heartbeat(tick_s)))
         next_tick += tick_s
         time.sleep(max(0.0, next_tick - time.perf_counter()))
     seconds = time.perf_counter() - (began or time.perf_counter())

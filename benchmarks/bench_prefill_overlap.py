@@ -46,7 +46,7 @@ from engine.config import ConfigError, load_scenario, parse_overrides
 from engine.messages import AddRequest
 from engine.worker.engine import Engine
 from engine.worker.main import build_engine
-from engine.worker.worker import spin
+from engine.worker.planted import spin
 
 CLOCK_HZ = 1.98e9  # the H200's SM clock under load: torch.cuda._sleep counts its cycles
 

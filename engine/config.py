@@ -190,6 +190,20 @@ class EngineConfig:
     warmup: bool = True
     # Planted slowdown of the worker loop, for `bench power` and harness tests only.
     planted_delay_us: int = 0
+    # Planted slowdown of the device: a spin kernel of this many microseconds queued after
+    # each decode-lane step (on a CPU, a busy-wait at launch); for the harness's verdict
+    # checks on a GPU-bound loop, where a host delay hides under the GPU's work.
+    planted_gpu_delay_us: int = 0
+    # The API server's guards (docs/ENGINE.md, docs/RELIABILITY.md faults 15 and 16): a worker
+    # silent (no frame, no heartbeat) this many seconds past its longest step so far is
+    # stalled (every open stream ends with an error, the server kills it and exits 1); a
+    # connection with no whole request head this long after it opened or after its last
+    # response is closed; a body not all there this long after its head is a 408; one
+    # connection over the cap (lowered to what the file limit allows) is answered 503.
+    stall_timeout_s: float = 10.0
+    idle_timeout_s: float = 15.0
+    body_timeout_s: float = 30.0
+    max_connections: int = 4096
 
     @property
     def mixes(self) -> bool:
@@ -199,6 +213,7 @@ class EngineConfig:
     def __post_init__(self) -> None:
         # checked here, not when the worker builds its ops: a bad arm of `bench run` is then a
         # one-line error before any server starts
+        check_sizes(self)
         split_setting(self.gdn_split)
         check_dense_kernel(self.dense_kernel)
         check_decode_attention(self.decode_attention)
@@ -218,6 +233,29 @@ class EngineConfig:
         if self.pdl and self.device != "cuda":
             raise ConfigError("engine.pdl needs engine.device: cuda (Hopper's launch control)")
         check_one_of("engine.triton_launch", self.triton_launch, TRITON_LAUNCHES)
+
+
+# Sizes of 0 leave a worker that never schedules a row (its warmup never ends: "starting"
+# for good); timeouts must be positive seconds.
+AT_LEAST_ONE = ("page_size", "max_rows", "max_model_len", "kv_pages", "state_slots")
+AT_LEAST_ONE += ("max_connections",)
+SECONDS = ("stall_timeout_s", "idle_timeout_s", "body_timeout_s")
+
+
+def check_sizes(config: EngineConfig) -> None:
+    """A ConfigError naming the first size that would leave the engine hanging."""
+    for name in AT_LEAST_ONE:
+        if getattr(config, name) < 1:
+            raise ConfigError(f"engine.{name} must be at least 1, got {getattr(config, name)}")
+    if config.max_tokens_per_step < config.max_rows:
+        raise ConfigError(
+            f"engine.max_tokens_per_step ({config.max_tokens_per_step}) must be at least "
+            f"engine.max_rows ({config.max_rows}): a step holds a token of each row"
+        )
+    for name in SECONDS:
+        value = getattr(config, name)
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1e9:
+            raise ConfigError(f"engine.{name} must be a positive number of seconds, got {value!r}")
 
 
 DENSE_KERNELS = ("torch", "triton", "head")  # engine.dense_kernel
@@ -257,8 +295,9 @@ class ModelSpec:
     preset: str = "tiny"
     seed: int = 0
     path: str | None = None  # a Hugging Face-format directory instead of random weights
-    # a tokenizer.json (or a directory holding one) for text prompts; default: the
-    # checkpoint's own, else the built-in byte-level tokenizer (engine/tokenizer.py)
+    # a tokenizer.json (or a directory holding one) for text prompts, or `bytes` (the built-in
+    # byte-level tokenizer); default: the checkpoint's own, else a word per id of the model's
+    # vocabulary (engine/tokenizer.py WordTokenizer, served at /v1/tokenizer.json)
     tokenizer: str | None = None
     eos_token_ids: list[int] | None = None  # replaces the model's own EOS ids
 

@@ -32,6 +32,11 @@ SPAN_ADDR = EnvVar(
     "ZMQ address the worker PUBlishes span records on (e.g. tcp://127.0.0.1:5600).",
 )
 SPAN_FILE = EnvVar("BENCH_SPAN_FILE", "A JSONL file the worker appends span records to.")
+WORKER_TEMPLATE = EnvVar(
+    "BENCH_WORKER_TEMPLATE",
+    "The socket of a worker template (engine/worker/template.py) that forks a server's worker "
+    "in place of a fresh interpreter: set by the test suite, never by `bench run`.",
+)
 
 
 def timing_environment(

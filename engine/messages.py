@@ -86,7 +86,15 @@ class GetStats(msgspec.Struct, tag="get_stats", array_like=True):
     pass
 
 
-FromWorker = StepFrames | Ready | WorkerStats
+class Heartbeat(msgspec.Struct, tag="heartbeat", array_like=True):
+    """The worker's loop is alive: sent at least every HEARTBEAT_S from Ready on, idle or busy
+    (engine/worker/heartbeat.py), with the longest pass of its loop so far, which the API
+    server's stall watchdog allows for (engine/api/worker_client.py)."""
+
+    longest_step_s: float
+
+
+FromWorker = StepFrames | Ready | WorkerStats | Heartbeat
 
 _to_worker_decoder = msgspec.msgpack.Decoder(ToWorker | GetStats)
 _from_worker_decoder = msgspec.msgpack.Decoder(FromWorker)

@@ -14,14 +14,14 @@ import asyncio
 import json
 import logging
 import socket
-import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import asdict
 
 from engine import ipc_dirs
 from engine.config import Scenario
-from engine.tokenizer import TokenizerError, load_tokenizer
+from engine.tokenizer import TokenizerError, tokenizer_for
+from engine.worker.template import start_worker
 
 log = logging.getLogger("engine.serve")
 
@@ -76,7 +76,7 @@ def serve(
     """Serve until stopped; the exit code. `worker_command(ipc_path)`: the worker process's
     argv in place of the engine's worker (benchmarks/bench_api.py's stand-in)."""
     try:
-        tokenizer = load_tokenizer(scenario.model.tokenizer, scenario.model.path)
+        make_tokenizer = tokenizer_for(scenario.model.tokenizer, scenario.model.path)
     except TokenizerError as exc:
         raise ServeError(str(exc)) from None
     sock = _bind(host, port)
@@ -95,12 +95,12 @@ def serve(
     command = worker_command or (lambda ipc: _worker_command(scenario, ipc, server_id))
     worker = None
     try:
-        worker = subprocess.Popen(command(ipc_path))
+        worker = start_worker(command(ipc_path))
         # Imported once the worker runs: its start (torch's import, ~1.5 s on 2 cores) overlaps
         # aiohttp's and the API's (~0.2 s), which a start used to wait for.
         from engine.api.serving import run_api
 
-        return asyncio.run(run_api(scenario, tokenizer, sock, ipc_path, worker))
+        return asyncio.run(run_api(scenario, make_tokenizer, sock, ipc_path, worker))
     finally:
         if worker is not None and worker.poll() is None:  # run_api never ran: it stops its own
             worker.kill()

@@ -1,20 +1,31 @@
 """Text in, token ids out, and back: the API server's tokenizer (docs/ENGINE.md, Text).
 
 A `tokenizer.json` (the `tokenizers` package) when the scenario names one
-(`model.tokenizer`) or the checkpoint directory (`model.path`) holds one; otherwise the
-built-in byte-level tokenizer: token id b < 256 is the byte b, so a text is its UTF-8 bytes,
-one token each, and an id from 256 up (which no text encodes to) renders as `<id>`. Either
-way a reply's text is decoded as it streams (`Tokenizer.stream`), holding back the bytes of
-a character split across tokens, and usage counts tokens, never characters.
+(`model.tokenizer`) or the checkpoint directory (`model.path`) holds one; `bytes`, the
+built-in byte-level tokenizer (token id b < 256 is the byte b, an id from 256 up reads as
+`<id>`); otherwise the default, one word per id of the model's vocabulary (`WordTokenizer`:
+id 0 is `[UNK]`, id i the word `w<i>`), so a reply's text, re-tokenized by any client that
+loads the same tokenizer.json (GET /v1/tokenizer.json), gives back the ids sent. Either way a
+reply's text is decoded as it streams (`Tokenizer.stream`) and usage counts tokens, never
+characters.
 """
 
 from __future__ import annotations
 
 import codecs
+import json
+import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
 BYTES = 256
+BYTE_LEVEL = "bytes"  # model.tokenizer's name for the byte-level tokenizer
+UNK = "[UNK]"
+# What the default tokenizer.json's pre-tokenizer (WhitespaceSplit) splits on: Rust's
+# char::is_whitespace, the Unicode White_Space property (str.split() also splits on \x1c-\x1f).
+WHITESPACE = re.compile("[\t\n\v\f\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+")
+WORD = re.compile("w([1-9][0-9]*)")
 
 
 class TokenizerError(ValueError):
@@ -96,6 +107,77 @@ class FileTokenizer:
         return _FileStream(self)
 
 
+class WordTokenizer:
+    """One word per id of a vocabulary of `size`: id 0 is `[UNK]`, id i the word `w<i>`;
+    text splits on whitespace and a word outside the vocabulary is `[UNK]`; a reply's words
+    are joined by single spaces. The same tokenizer as `tokenizer_json()` loaded by the
+    `tokenizers` package (tests/test_tokenizer_json.py holds the two equal), computed here
+    without building its vocabulary: nothing to load at start-up, whatever the size."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self.name = f"words ({size})"
+
+    def encode(self, text: str) -> list[int]:
+        return [self._id(word) for word in WHITESPACE.split(text) if word]
+
+    def _id(self, word: str) -> int:
+        match = WORD.fullmatch(word)
+        return int(match[1]) if match and int(match[1]) < self.size else 0
+
+    def word(self, token: int) -> str:
+        if not 0 <= token < self.size:
+            return unknown(token)
+        return f"w{token}" if token else UNK
+
+    def decode(self, tokens: list[int]) -> str:
+        return " ".join(self.word(t) for t in tokens)
+
+    def stream(self) -> _WordStream:
+        return _WordStream(self)
+
+    def tokenizer_json(self) -> str:
+        """This tokenizer as a tokenizer.json (`tokenizers`, transformers' fast tokenizers)."""
+        from tokenizers import Tokenizer as HFTokenizer
+        from tokenizers import decoders, models, pre_tokenizers
+
+        vocab = {UNK: 0, **{f"w{i}": i for i in range(1, self.size)}}
+        tok = HFTokenizer(models.WordLevel(vocab, unk_token=UNK))
+        tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+        tok.decoder = decoders.WordPiece(prefix="##")  # joins words with spaces
+        return tok.to_str()
+
+
+class _WordStream:
+    def __init__(self, tokenizer: WordTokenizer):
+        self._tokenizer, self._first = tokenizer, True
+
+    def step(self, token: int) -> str:
+        word = self._tokenizer.word(token)
+        if self._first:
+            self._first = False
+            return word
+        return " " + word
+
+
+def tokenizer_config(tokenizer: Tokenizer) -> str:
+    """tokenizer_config.json: what transformers' AutoTokenizer needs beside tokenizer.json."""
+    config = {"tokenizer_class": "PreTrainedTokenizerFast"}
+    if isinstance(tokenizer, WordTokenizer):
+        config["unk_token"] = UNK
+    return json.dumps(config)
+
+
+def tokenizer_json(tokenizer: Tokenizer) -> str | None:
+    """The tokenizer.json a client can load to tokenize as the server does; None for the
+    byte-level tokenizer, which has none."""
+    if isinstance(tokenizer, WordTokenizer):
+        return tokenizer.tokenizer_json()
+    if isinstance(tokenizer, FileTokenizer):
+        return tokenizer._tok.to_str()
+    return None
+
+
 class _FileStream:
     def __init__(self, tokenizer: FileTokenizer):
         from tokenizers.decoders import DecodeStream
@@ -110,7 +192,9 @@ class _FileStream:
 
 def tokenizer_path(tokenizer: str | None, checkpoint: str | None) -> Path | None:
     """The tokenizer.json a scenario names (a file, or a directory holding one), else its
-    checkpoint's, else None (the byte-level tokenizer)."""
+    checkpoint's, else None (a built-in tokenizer)."""
+    if tokenizer == BYTE_LEVEL:
+        return None
     if tokenizer is not None:
         path = Path(tokenizer)
         path = path / "tokenizer.json" if path.is_dir() else path
@@ -122,9 +206,24 @@ def tokenizer_path(tokenizer: str | None, checkpoint: str | None) -> Path | None
     return None
 
 
-def load_tokenizer(tokenizer: str | None = None, checkpoint: str | None = None) -> Tokenizer:
+def tokenizer_for(tokenizer: str | None, checkpoint: str | None) -> Callable[[int], Tokenizer]:
+    """What gives the server's tokenizer once the model's vocabulary size is known: a
+    tokenizer.json's (read now, so a bad file fails before the worker starts), the
+    byte-level one (`bytes`), or the default words of the vocabulary."""
     path = tokenizer_path(tokenizer, checkpoint)
-    return ByteTokenizer() if path is None else FileTokenizer(path)
+    if path is not None:
+        loaded = FileTokenizer(path)
+        return lambda _size: loaded
+    if tokenizer == BYTE_LEVEL:
+        return lambda _size: ByteTokenizer()
+    return WordTokenizer
+
+
+def load_tokenizer(
+    tokenizer: str | None = None, checkpoint: str | None = None, vocab_size: int = 0
+) -> Tokenizer:
+    """The tokenizer a server of this model would use (`tokenizer_for`)."""
+    return tokenizer_for(tokenizer, checkpoint)(vocab_size)
 
 
 def check_vocabulary(tokenizer: Tokenizer, vocab_size: int) -> None:

@@ -12,7 +12,9 @@ import os
 import sys
 import traceback
 
+import click
 import typer
+import typer.core
 
 from harness.errors import ExitCode
 
@@ -39,8 +41,45 @@ COMMANDS = [
     ("compare", "compare"),
 ]
 
+
+WORDS = {"int": "N", "float": "X", "Path": "PATH", "bool": None}
+
+
+def _value_word(param: click.Parameter) -> str | None:
+    """What an option's value is, as --help shows it: a plain word, or nothing for a flag."""
+    if param.param_type_name == "argument":
+        return None
+    described = param.type_descriptor
+    if described.is_choice:
+        return "|".join(map(str, described.choices or ()))
+    bare = param.bare_type()
+    return WORDS.get(bare.removeprefix("list[").removesuffix("]"), "TEXT")
+
+
+class PlainHelp(typer.core.TyperCommand):
+    """--help without typer's type tags (`<bool>`, `<list[str]>`, `<int range> [x>=1]`): a
+    value's plain word (N, X, PATH, TEXT), nothing for a flag; a bad value still gets click's
+    one-line error naming the bound."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        for param in self.params:
+            _plain(param)
+
+    def get_help_option(self, ctx: click.Context) -> click.Option | None:
+        option = super().get_help_option(ctx)
+        return option if option is None else _plain(option)
+
+
+def _plain(param: click.Parameter) -> click.Parameter:
+    if hasattr(param, "type_descriptor"):  # a typer that shows no tags (< 0.25) has none
+        param.display_type_rich = lambda ctx, word=_value_word(param): word
+        param._get_number_range_help_str = lambda: None
+    return param
+
+
 for verb, module in COMMANDS:
-    app.command(verb)(importlib.import_module(f"harness.commands.{module}").main)
+    app.command(verb, cls=PlainHelp)(importlib.import_module(f"harness.commands.{module}").main)
 
 
 class _ReaderMayLeave:

@@ -28,7 +28,13 @@ import pyarrow.parquet as pq
 import yaml
 
 from harness.analysis import schema
-from harness.analysis.schema import SCHEMA_VERSION, RequestRecord, ServerRecord, SpanRecord
+from harness.analysis.schema import (
+    SCHEMA_VERSION,
+    MetricRecord,
+    RequestRecord,
+    ServerRecord,
+    SpanRecord,
+)
 from harness.analysis.summary import Summary, from_summary_json, summarize, summary_json
 from harness.errors import BenchError
 
@@ -190,11 +196,13 @@ class RunDir:
         spans: list[SpanRecord],
         server: ServerRecord,
         failed: str | None = None,
+        metrics: list[MetricRecord] = (),
     ) -> None:
         """A slot's rows, written at once. A slot that failed (`failed` says how) is named in
         the manifest's `failed_servers` before its rows are written, so they are never read
         without it: analysis leaves it out of the comparison."""
-        for name, rows in (("requests", requests), ("spans", spans), ("servers", [server])):
+        tables = (("requests", requests), ("spans", spans), ("servers", [server]))
+        for name, rows in (*tables, ("metrics", metrics)):
             self._rows[name].extend(asdict(r) for r in rows)
         if failed is not None:
             self.update_manifest(
@@ -227,7 +235,7 @@ class RunDir:
         meta[b"bench.schema_version"] = str(SCHEMA_VERSION).encode()
         table = table.replace_schema_metadata(meta)
         tmp = self.path / f"{name}.parquet.tmp"
-        pq.write_table(table, tmp)
+        pq.write_table(table, tmp, write_page_checksum=True)  # a flipped bit fails the read
         tmp.replace(self.path / f"{name}.parquet")
 
     @contextmanager
@@ -267,23 +275,89 @@ class RunDir:
 
 def load_run(path: Path) -> tuple[dict, dict[str, pd.DataFrame]]:
     """The manifest and the three tables of a run directory (an older version's read as this
-    version's: schema.upgrade)."""
+    version's: schema.upgrade). What cannot be what the runner wrote (a file that is not JSON
+    or parquet, a manifest field of the wrong type, a table without its columns, one table of
+    three missing) is a BenchError naming the file (docs/RELIABILITY.md fault 20). A run with
+    no table at all has measured nothing yet (or was kept without them: `tables_left_out`)."""
     path = Path(path)
     manifest_path = path / "manifest.json"
     if not manifest_path.exists():
         raise BenchError(f"{path} is not a run directory (no manifest.json)")
-    manifest = json.loads(manifest_path.read_text())
+    manifest = _read_manifest(manifest_path)
     version = manifest.get("schema_version")
-    if version not in range(1, SCHEMA_VERSION + 1):
+    if isinstance(version, bool) or version not in range(1, SCHEMA_VERSION + 1):
         raise BenchError(
-            f"{path} has results schema {version}, this bench reads 1 to {SCHEMA_VERSION};"
+            f"{path} has results schema {version!r}, this bench reads 1 to {SCHEMA_VERSION};"
             " re-run it or use the bench version that wrote it"
         )
-    frames = {}
-    for name in schema.TABLES:
-        file = path / f"{name}.parquet"
-        frames[name] = pd.read_parquet(file) if file.exists() else schema.empty(name)
-    return manifest, frames if version == SCHEMA_VERSION else schema.upgrade(frames, version)
+    files = {name: path / f"{name}.parquet" for name in schema.TABLES}
+    missing = [files[name] for name in schema.REQUIRED if not files[name].exists()]
+    if missing and len(missing) < len(schema.REQUIRED):  # metrics.parquet: since version 5
+        raise BenchError(
+            f"{missing[0]} is missing beside the run's other tables: the run directory is"
+            " incomplete; restore the file or re-run"
+        )
+    frames = {name: _read_table(file, name) for name, file in files.items()}
+    if version == SCHEMA_VERSION:
+        return manifest, frames
+    try:
+        return manifest, schema.upgrade(frames, version)
+    except KeyError as exc:
+        raise BenchError(
+            f"a table of {path} lacks the column {exc}: not what bench wrote"
+        ) from None
+
+
+# A manifest's fields that readers use, and the type each must have when present.
+MANIFEST_FIELDS = {"scenario": dict, "arms": list, "kind": str, "complete": bool}
+MANIFEST_FIELDS |= {"failed_servers": dict, "run_id": str, "calls": list}
+
+
+def _read_manifest(file: Path) -> dict:
+    try:
+        manifest = json.loads(file.read_bytes())
+    except (OSError, ValueError) as exc:
+        raise BenchError(f"cannot read {file}: {_short(exc)}; restore it or re-run") from None
+    if not isinstance(manifest, dict):
+        raise BenchError(f"{file} is not a JSON object: not a run's manifest")
+    wrong = [
+        key
+        for key, kind in MANIFEST_FIELDS.items()
+        if not isinstance(manifest.get(key, kind()), kind)
+    ]
+    scenario = manifest.get("scenario", {})
+    if not wrong and not all(isinstance(scenario.get(k, ""), str) for k in ("name", "headline")):
+        wrong = ["scenario.name or scenario.headline"]
+    arms = manifest.get("arms", [])
+    if not wrong and not all(
+        isinstance(arm, dict) and isinstance(arm.get("letter"), str) for arm in arms
+    ):
+        wrong = ["arms"]
+    if wrong:
+        raise BenchError(
+            f"{file}: {wrong[0]} is not of the type bench writes; restore it or re-run"
+        )
+    return manifest
+
+
+def _read_table(file: Path, name: str) -> pd.DataFrame:
+    """A table as written, or a BenchError naming the file: unreadable, or without whole
+    block and slot columns (every row's place in the schedule; the rest `schema.upgrade`
+    checks)."""
+    if not file.exists():
+        return schema.empty(name)
+    try:
+        frame = pd.read_parquet(file, page_checksum_verification=True)
+    except (OSError, ValueError, pa.ArrowException) as exc:
+        raise BenchError(f"cannot read {file}: {_short(exc)}; restore it or re-run") from None
+    place = frame.reindex(columns=["block", "slot"])
+    if not all(pd.api.types.is_integer_dtype(place[c]) for c in place) and len(frame):
+        raise BenchError(f"{file} has no whole block and slot columns: not what bench wrote")
+    return frame
+
+
+def _short(exc: Exception) -> str:
+    return " ".join(str(exc).split())[:160] or type(exc).__name__
 
 
 def tables_left_out(path: Path, consequence: str) -> str | None:
@@ -292,7 +366,7 @@ def tables_left_out(path: Path, consequence: str) -> str | None:
     nothing. None for any other run."""
     path = Path(path)
     missing = [
-        f"{name}.parquet" for name in schema.TABLES if not (path / f"{name}.parquet").exists()
+        f"{name}.parquet" for name in schema.REQUIRED if not (path / f"{name}.parquet").exists()
     ]
     if (path / "summary.json").exists() and missing:
         return (

@@ -5,7 +5,7 @@
 #   orpheus | orpheus_step | orpheus_iter | masked | statesteps | figures | decode_attn |
 #   decode_attn_3b | decode_tests | codec | codec_folded | codec_next | codec_overlap |
 #   codec_kernels | gemm | launch | kept | recurrent | pdl_tests | pdl | loop | pipelined | closed |
-#   split | overlap | pstream |
+#   split | overlap | pstream | verdicts |
 #   all
 # with carry [".whl", ".jitcache"]. Logs go under $OUT (default ./gpu-out). JIT caches
 # (FlashInfer, Triton) are restored from .jitcache/ when present and saved to $OUT/jit-*.
@@ -52,23 +52,27 @@ closed_loop() {  # stage `closed`'s runs: bench_decode_loop --closed on each of 
 }
 nvidia-smi --query-gpu=name,memory.used,memory.total,clocks.sm --format=csv > "$OUT/gpu.txt"
 stages=("$@")
-[ "${stages[*]}" = "all" ] && stages=(tests models step run)
+[ "${stages[*]}" = "all" ] && stages=(tests step run)
 for stage in "${stages[@]}"; do
   case $stage in
-    tests|models)  # the GPU tests, in two calls' worth (session 8: all of them outran 420 s):
-      # `tests` the kernels and the double buffer, `models` the engines (tests/test_gpu.py);
-      # -v names each result as it comes, so a run cut by its guard still says what passed;
-      # TESTS_K="expr": only the tests pytest -k selects (e.g. a last call's failures)
-      files=(tests/test_gpu_double_buffer.py tests/test_gpu_kernels.py)
-      [ "$stage" = models ] && files=(tests/test_gpu.py)
-      timeout 500 python3 -m pytest -m gpu -v -rA ${TESTS_K:+-k "$TESTS_K"} "${files[@]}" 2>&1 \
-        | grep -E "PASSED|FAILED|ERROR|SKIPPED|passed|failed|Error" | tee -a "$OUT/gpu_tests.log" ;;
-    quick)  # the loop, graphs, buffers and sampler, without the slow 0.8b model comparisons
-      # (the 0.8b piecewise replay test, off and on for engine.piecewise_gdn: stage gdncap)
-      timeout 560 python3 -m pytest -m gpu -q -rA tests/test_gpu_double_buffer.py \
-        tests/test_gpu.py tests/test_gpu_kernels.py \
-        -k "(tiny or overlapped or graph_replay or piecewise or sampling or interchangeable or hazard or buffer or gated_deltanet or flashinfer or wait) and not 08b_piecewise_replay" \
-        2>&1 | tee "$OUT/gpu_tests.log" ;;
+    tests|quick)  # the whole GPU suite in one process, in two tiers (docs/GPU_TESTS.md):
+      # `tests` every GPU test (TESTS_TIER=quick: the gpu_quick ones), `quick` that tier;
+      # TESTS_ORDER=reverse|shuffle:SEED (the suite passes in any order); TESTS_K="expr": only
+      # the tests pytest -k selects. Whole log with durations, and one JSON line per test
+      # (seconds, memory, any global setting it left changed) under $OUT
+      tier=${TESTS_TIER:-full}; [ "$stage" = quick ] && tier=quick
+      mark=gpu; [ "$tier" = quick ] && mark="gpu and gpu_quick"
+      timeout "${TESTS_TIMEOUT:-580}" python3 -m pytest -m "$mark" -v -rA --durations=0 \
+        --order "${TESTS_ORDER:-file}" --gpu-log "$OUT/gpu_tests_$tier.jsonl" \
+        ${TESTS_K:+-k "$TESTS_K"} tests/test_gpu_double_buffer.py tests/test_gpu_kernels.py \
+        tests/test_bench_gpu_step.py tests/test_gpu.py > "$OUT/gpu_tests_$tier.log" 2>&1
+      echo "pytest exit $? (124: cut by its timeout)" | tee -a "$OUT/gpu_tests_$tier.log"
+      grep -E "PASSED|FAILED|ERROR|passed|failed|left changed" "$OUT/gpu_tests_$tier.log" \
+        | tail -n 80 ;;
+    models)  # the engines alone (tests/test_gpu.py)
+      timeout 500 python3 -m pytest -m gpu -v -rA ${TESTS_K:+-k "$TESTS_K"} tests/test_gpu.py \
+        2>&1 | grep -E "PASSED|FAILED|ERROR|SKIPPED|passed|failed|Error" \
+        | tee -a "$OUT/gpu_tests.log" ;;
     step)  # decode steps (eager, graphs) and prefill/mixed steps (eager, piecewise)
       for b in 64 128; do
         for g in no-graphs graphs; do
@@ -209,6 +213,22 @@ for stage in "${stages[@]}"; do
         ${RUN_ARGS:---requests 320 --warmup 64 --arm eager=engine.cuda_graphs=false --arm graphs=engine.cuda_graphs=true} \
         --out /tmp/run-c64 2>&1 | tee "$OUT/bench_run.log"
       cp /tmp/run-c64/summary.json "$OUT/run_c64_summary.json" 2>/dev/null ;;
+    verdicts)  # issue 34 on the H200: 2 ABBA blocks at c=64 with a ~3% GPU-side delay planted
+      # in arm B (engine.planted_gpu_delay_us, VERDICT_DELAY_US, default 70 of a ~2.3 ms step)
+      # must exit 1, and an A/A run of the same load exit 0. VERDICTS="planted aa" picks them.
+      # VERDICT_SET="engine.k=v,...": settings of both arms.
+      for which in ${VERDICTS:-planted aa}; do
+        set_a=${VERDICT_SET:-} set_b=${VERDICT_SET:+$VERDICT_SET,}
+        a="base=${set_a:-worktree}" b="slow=${set_b}engine.planted_gpu_delay_us=${VERDICT_DELAY_US:-70}"
+        [ "$which" = aa ] && b="b=${set_a:-worktree}"
+        rm -rf "/tmp/verdict-$which"
+        timeout 560 python3 -m harness run qwen35 -c 64 --abba --blocks 2 --report \
+          ${VERDICT_LOAD:---requests 320 --warmup 64} --arm "$a" --arm "$b" \
+          --out "/tmp/verdict-$which" > "$OUT/verdict-$which.log" 2>&1
+        echo "exit $?" | tee -a "$OUT/verdict-$which.log"
+        grep -E "headline|output tok/s|doubt" "$OUT/verdict-$which.log" | head -n 12
+        tar -C /tmp -c -z -f "$OUT/verdict-$which.tgz" --exclude='*.parquet' "verdict-$which"
+      done ;;
     evidence)  # EVIDENCE="name:engine.key[+engine.key2][:A:B] ..." each an ABBA comparison key=A (arm
       # (of EVIDENCE_SCENARIO, default qwen35, at EVIDENCE_C, default 64)
       # "off", default false) vs key=B ("on", default true), 3 blocks, report; one tarball

@@ -1,6 +1,6 @@
 """The synthetic rates of a finished `bench power` run again, with more draws: the
-false-positive, detection and coverage rates of a planted +10% for n blocks, resampled from
-the run's own server residuals (docs/POWER.md, method 4-5).
+false-positive, detection and coverage rates of a planted +10% for n blocks, each with its
+interval, drawn from the run's own whole blocks (docs/POWER.md, method 4-5).
 
     python scripts/power_resample.py results/power/<run-id> [--draws 20000] [--seed 123]
 """
@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from harness.analysis import power
-from harness.analysis.power_stats import Experiments, experiments, run_residuals
+from harness.analysis.power_stats import Experiments, aa_blocks, null_blocks
 from harness.results import load_run
 
 
@@ -26,20 +26,23 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     configurations = sorted(p for p in args.run.iterdir() if (p / "manifest.json").is_file())
     pool = np.concatenate([
-        run_residuals(power._figure(power.server_values(load_run(p)[1]), args.figure))
+        (aa_blocks if p.name == "aa" else null_blocks)(
+            power._figure(power.server_values(load_run(p)[1]), args.figure)
+        )
         for p in configurations
     ])  # fmt: skip
-    rms = float(np.sqrt(np.mean(pool**2)))
-    print(f"{args.figure}: {len(pool)} residuals, rms {rms:.4f}; {args.draws} draws a row")
-    print("blocks  false pos.  +10% found  CI holds +10%")
-    for n in (1, 2, 3, 5, 6, 10):
-        design = power.Design.of(power.schedule(n, abba=True), power.BLOCK_SIZE)
-        noise = experiments(pool, design, args.draws, np.random.default_rng(args.seed))
-        ex = Experiments(noise, design, higher_is_better=power.FIGURES[args.figure])
-        print(
-            f"{n:6d}  {ex.false_positive_rate():10.1%}  {ex.detection_rate(0.1):10.1%}"
-            f"  {ex.coverage(0.1):13.1%}"
-        )
+    sd = power.within_sd(pool)
+    print(f"{args.figure}: {len(pool)} blocks, server sd {sd:.4f}; {args.draws} draws a row")
+    print("blocks  false pos.          +10% found          CI holds +10%")
+    higher = power.FIGURES[args.figure]
+    for n in (2, 3, 5, 6, 10):
+        ex = Experiments.of(pool, n, higher, args.draws, np.random.default_rng(args.seed))
+        cells = [ex.false_positive_rate(), ex.detection_rate(0.1), ex.coverage(0.1)]
+        print(f"{n:6d}  " + "  ".join(f"{shown(r):18}" for r in cells))
+
+
+def shown(rate) -> str:
+    return f"{rate.value:.1%} ({rate.low:.1%}..{rate.high:.1%})"
 
 
 if __name__ == "__main__":

@@ -19,13 +19,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness.analysis.simulation import Noise, between_runs, rates  # noqa: E402
-
-SLOWDOWN = -math.log(1.10)  # a 10% slowdown of a throughput, log B/A
+from harness.analysis.simulation import Noise, auto_rates, between_runs, rates  # noqa: E402
 
 
 def pct(x: float) -> str:
     return f"{x:.1%}"
+
+
+SPREADS = (0.01, 0.03, 0.08)  # server-to-server noise: an H200's, a quiet CPU's, a busy one's
+SLOWDOWNS = {"3%": -math.log(1.03), "10%": -math.log(1.10)}
 
 
 def main() -> None:
@@ -34,34 +36,42 @@ def main() -> None:
     runs = parser.parse_args().runs
     drift = Noise(server=0.05, block=0.05, drift=0.01)
 
-    print(f"A/A, 1% drift per server, server noise 5% ({runs:,} runs per row)\n")
-    print("| blocks | schedule | df | slower | faster or slower | no change | CI holds 0 |")
-    print("|--:|---|--:|--:|--:|--:|--:|")
-    for abba in (True, False):
-        for blocks in range(1, 7):
-            r = rates(blocks, drift, runs=runs, seed=blocks, abba=abba)
-            size = 4 if abba else 2
-            df = size * blocks - blocks - 1
-            order = "ABBA / BAAB" if abba else "AB / BA"
-            row = [str(blocks), order, str(df) if df > 0 else "-"]
-            row += [pct(r.slower), pct(r.any_verdict), pct(r.no_change), pct(r.covered)]
-            print("| " + " | ".join(row) + " |")
-
-    print("\nA planted 10% slowdown (throughput / 1.1), ABBA / BAAB blocks: called slower\n")
-    noises = (0.03, 0.05, 0.08)
-    print(
-        "| blocks | "
-        + " | ".join(f"server noise {n:.0%}" for n in noises)
-        + " | CI holds it (5%) |"
-    )
-    print("|--:|" + "--:|" * (len(noises) + 1))
+    print(f"A/A, ABBA / BAAB blocks: slower / faster or slower ({runs:,} runs per cell)\n")
+    heads = [f"spread {n:.0%}, drift {d:.0%}" for n in SPREADS for d in (0.0, 0.01)]
+    print("| blocks | " + " | ".join(heads) + " |")
+    print("|--:|" + "--:|" * len(heads))
     for blocks in range(1, 7):
-        found = [
-            rates(blocks, Noise(server=n, block=0.05, drift=0.01), SLOWDOWN, runs=runs, seed=blocks)
-            for n in noises
-        ]
-        cells = [pct(f.slower) for f in found] + [pct(found[1].covered)]
+        cells = []
+        for n in SPREADS:
+            for d in (0.0, 0.01):
+                r = rates(blocks, Noise(server=n, block=0.05, drift=d), runs=runs, seed=blocks)
+                cells.append(f"{pct(r.slower)} / {pct(r.any_verdict)}")
         print(f"| {blocks} | " + " | ".join(cells) + " |")
+
+    print("\nA planted slowdown called slower, ABBA / BAAB blocks, 1% drift per slot\n")
+    heads = [f"{name} at spread {n:.0%}" for name in SLOWDOWNS for n in SPREADS]
+    print("| blocks | " + " | ".join(heads) + " |")
+    print("|--:|" + "--:|" * len(heads))
+    for blocks in range(1, 7):
+        cells = [
+            pct(rates(blocks, Noise(n, 0.05, 0.01), effect, runs=runs, seed=blocks).slower)
+            for effect in SLOWDOWNS.values()
+            for n in SPREADS
+        ]
+        print(f"| {blocks} | " + " | ".join(cells) + " |")
+
+    print("\n--blocks auto --max-blocks 8 (looks at 2..8 blocks; 1% drift per slot)\n")
+    print("| spread | A/A slower | A/A any verdict | A/A blocks | 3% found | 3% blocks"
+          " | 10% found | 10% blocks |")  # fmt: skip
+    print("|--:|--:|--:|--:|--:|--:|--:|--:|")
+    for n in SPREADS:
+        noise = Noise(server=n, block=0.05, drift=0.01)
+        aa = auto_rates(8, noise, runs=runs, seed=7)
+        cells = [pct(aa.rates.slower), pct(aa.rates.any_verdict), f"{aa.mean_blocks:.1f}"]
+        for effect in SLOWDOWNS.values():
+            found = auto_rates(8, noise, effect, runs=runs, seed=8)
+            cells += [pct(found.rates.slower), f"{found.mean_blocks:.1f}"]
+        print(f"| {n:.0%} | " + " | ".join(cells) + " |")
 
     print("\nA/A with a position effect or a cold first server, server noise 5%, 1% drift:")
     print("faster or slower, the interval alone (what one block said before) / the verdict\n")
@@ -94,5 +104,13 @@ def main() -> None:
         print(f"| {spread:.0%} | " + " | ".join(cells) + " |")
 
 
+def nightly() -> None:
+    from harness.analysis.step_simulation import nightly_table
+
+    print("\nbench nightly's step test (a step lasting 3 commits; harness/analysis/steps.py)\n")
+    print(nightly_table(20_000))
+
+
 if __name__ == "__main__":
     main()
+    nightly()

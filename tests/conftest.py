@@ -2,23 +2,95 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import shutil
 import tempfile
 import time
 
 import pytest
 
-from harness.measure.server import ServerProcess
+from engine.env import WORKER_TEMPLATE
+from engine.worker.template import Template
+from harness.measure.server import ServerProcess, die_with_parent
+
+# Test files whose servers' workers must be fresh interpreters, children of their API server
+# (they find the worker by its parent, its process group or its command line); a test
+# elsewhere says so with @pytest.mark.fresh_worker.
+FRESH_WORKER_FILES = {"test_faults_engine.py", "test_faults_harness.py"}
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--order",
+        default="file",
+        help="the tests' order: file (as collected), reverse, or shuffle:SEED",
+    )
+    parser.addoption(
+        "--gpu-log",
+        default=None,
+        metavar="PATH",
+        help="append one JSON line per GPU test: seconds, memory before/after/peak, and the "
+        "global settings it left changed (tests/gpu_isolation.py)",
+    )
+    parser.addoption(
+        "--fresh-workers",
+        action="store_true",
+        help="start every server's worker as a fresh interpreter (as bench run does), not "
+        "forked from the suite's worker template (engine/worker/template.py)",
+    )
+
+
+_template: Template | None = None
+
+
+def pytest_configure(config):
+    global _template
+    # The suite's own processes (pytest, its mocks, the worker template) run beside every run
+    # it starts, outside the run: bench's interference check would withhold their verdicts
+    # (exit 5) whenever they differ between servers. The interference tests set it themselves.
+    os.environ.setdefault("BENCH_ALLOW_INTERFERENCE", "1")
+    xdist_controller = getattr(config.option, "numprocesses", None) and not hasattr(
+        config, "workerinput"
+    )
+    if not (config.option.fresh_workers or config.option.collectonly or xdist_controller):
+        _template = Template(preexec_fn=die_with_parent())
+
+
+def pytest_unconfigure(config):
+    if _template is not None:
+        _template.stop()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """Before the test's fixtures: its servers fork their workers from the template, unless
+    the test needs fresh ones."""
+    fresh = item.path.name in FRESH_WORKER_FILES or item.get_closest_marker("fresh_worker")
+    if _template is not None and not fresh and _template.wait_ready():
+        os.environ[WORKER_TEMPLATE.name] = _template.socket
+    else:
+        os.environ.pop(WORKER_TEMPLATE.name, None)
+
+
+def _has_cuda() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
 
 
 def pytest_collection_modifyitems(config, items):
-    try:
-        import torch
+    """--order: the tests reversed, or shuffled by a seed (GPU tests must pass in any order);
+    without CUDA, the `gpu` tests skip."""
+    order = config.getoption("order")
+    if order == "reverse":
+        items.reverse()
+    elif order.startswith("shuffle:"):
+        import random
 
-        has_cuda = torch.cuda.is_available()
-    except ImportError:
-        has_cuda = False
-    if has_cuda:
+        random.Random(int(order.split(":", 1)[1])).shuffle(items)
+    if _has_cuda():
         return
     skip = pytest.mark.skip(reason="needs CUDA")
     for item in items:
@@ -26,19 +98,26 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(scope="session")
+def _gpu_session(request):
+    """One random model per shape for the session's GPU tests, and the guard around each."""
+    from tests.gpu_isolation import Guard, RandomModels
+
+    models = RandomModels()
+    models.install()
+    yield Guard(request.config.getoption("gpu_log"), models)
+    models.uninstall()
+
+
 @pytest.fixture(autouse=True)
-def _free_cuda_after_gpu_tests(request):
-    """A GPU test's engines (graphs, memory pools, pinned buffers) are freed when it ends,
-    not whenever the collector next runs, possibly inside a later test's capture."""
-    yield
-    if "gpu" in request.keywords:
-        import gc
-
-        import torch
-
-        gc.collect()
-        torch.cuda.synchronize()
-        torch.cuda.empty_cache()
+def _isolate_gpu_tests(request):
+    """A GPU test starts with what the one before found (settings, stream, launch mode, RNG
+    state) and its engines, graphs and pools are freed when it ends (tests/gpu_isolation.py)."""
+    if "gpu" not in request.keywords:
+        yield
+        return
+    guard = request.getfixturevalue("_gpu_session")
+    yield from guard.around(request.node.nodeid)
 
 
 class Api:

@@ -1,5 +1,7 @@
-"""benchmarks/bench_startup.py: a real tiny server started, timed to /health 200 and stopped
-with SIGTERM; its "starting" line found in the log by its stamp; bad counts refused."""
+"""benchmarks/bench_startup.py: a real tiny server started, timed to its API's first answer,
+/health 200 and its first token, and stopped with SIGTERM, with a fresh worker and with one
+forked from a worker template; its "starting" line found in the log by its stamp; bad counts
+refused."""
 
 from __future__ import annotations
 
@@ -12,18 +14,26 @@ from benchmarks.bench_startup import main, starting_line_s
 
 
 @pytest.mark.slow
-def test_a_tiny_server_is_timed_from_launch_to_ready_and_through_its_stop(tmp_path, capsys):
+@pytest.mark.fresh_worker  # the fresh worker is what it times; --template times the other
+@pytest.mark.parametrize("template", [False, True])
+def test_a_tiny_server_is_timed_from_launch_to_its_first_token_and_its_stop(
+    template, tmp_path, capsys
+):
     record = tmp_path / "starts.jsonl"
-    assert main(["--starts", "2", "--json", str(record)]) == 0
+    assert main(["--starts", "2", "--json", str(record)] + ["--template"] * template) == 0
     out = capsys.readouterr().out
-    assert out.startswith("qwen35 tiny, 2 starts, seconds from the launch:")
-    assert "/health 200" in out and "exit codes after SIGTERM: [0]" in out
+    how = "workers forked from a template" if template else "fresh workers"
+    assert out.startswith(f"qwen35 tiny, 2 starts ({how}), seconds from the launch:")
+    assert "worker ready (200)" in out and "first token" in out
+    assert "exit codes after SIGTERM: [0]" in out
     starts = [json.loads(line) for line in record.read_text().splitlines()]
     assert len(starts) == 2
     for start in starts:
-        # the API logs "starting" before its worker is spawned, so before /health can answer
-        assert 0 < start["starting_s"] < start["ready_s"]
-        assert start["exit_code"] == 0 and start["stop_s"] > 0
+        # the API logs "starting" before its worker is spawned, so before /health can answer;
+        # it answers 503 before the worker is ready, and the first token comes after that
+        assert 0 < start["starting_s"] < start["api_s"] <= start["ready_s"]
+        assert start["ready_s"] < start["first_token_s"]
+        assert start["exit_code"] == 0 and start["stop_s"] > 0 and start["template"] == template
 
 
 def test_the_starting_line_is_read_by_its_stamp(tmp_path):

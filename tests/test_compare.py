@@ -16,6 +16,7 @@ from harness.analysis.compare import Comparison, compare
 from harness.analysis.schema import RequestRecord, ServerRecord, Slot, SpanRecord
 from harness.analysis.stats import FASTER, NO_CHANGE, NOT_ENOUGH, ONE_BLOCK, SLOWER
 from harness.show.comparison import render
+from harness.show.format import verdict_words
 
 STREAMS, TOKENS, RUN_S, WINDOW = 4, 20, 6.0, (1.0, 5.0)
 LABELS = {"A": "main 9c05c56", "B": "working tree"}
@@ -201,7 +202,7 @@ def test_one_block_asks_for_two_blocks_not_its_own_estimate():
     result = compare(requests, spans, servers, LABELS)
     headline = row(result, "output_tok_per_s").change.blocks_needed
     work_needed = phase(result, phases.POSTPROCESS_WORK).change.blocks_needed
-    assert work_needed > headline > 2
+    assert headline > 2 and work_needed != headline
     (doubt,) = [d for d in result.doubts if d.startswith("1 block with both arms")]
     assert "rerun with --blocks 2 or more, or add blocks to this run" in doubt
     assert doubt.endswith(f"too rough to say how many a decisive verdict needs (the headline's,"
@@ -255,7 +256,11 @@ def test_blocks_needed_are_the_headlines_not_the_noisiest_spans():
     headline = row(result, "output_tok_per_s").change
     work = phase(result, phases.POSTPROCESS_WORK).change
     (doubt,) = [d for d in result.doubts if "too noisy" in d]
-    assert doubt.startswith("too noisy to decide: output tok/s (steady), postprocess work;")
+    assert doubt.startswith("too noisy to decide: output tok/s (steady), postprocess work (the")
+    spread = [f"{v[0]} {max(v[1]) / min(v[1]) - 1:.1%}" for v in
+              (("A", row(result, "output_tok_per_s").servers_a),
+               ("B", row(result, "output_tok_per_s").servers_b))]  # fmt: skip
+    assert f"servers spread {', '.join(spread)} max/min within an arm" in doubt
     needed = max(headline.blocks_needed, work.blocks_needed)
     assert f"about {needed} blocks in all" in doubt
     assert phase(result, "worker.msg.add_request").change.verdict == "not enough data"
@@ -298,3 +303,23 @@ def test_a_missing_error_beside_a_failed_server_is_no_error():
     result = compare(requests, spans, servers, LABELS)
     assert any("slot 2: interrupted" in d for d in result.doubts)
     assert not any(": nan" in d for d in result.doubts)
+
+
+def test_interference_beside_one_arm_withholds_the_verdict():
+    """INVARIANTS 66 / issue 34 item 5: a neighbour that took CPU beside B's servers alone is
+    a doubt that withholds the verdict (exit 5, never 1), unless the run allows it."""
+    requests, spans, servers, _ = run(blocks=2, ratio=0.80, noise=0.01, seed=7)
+    busy = servers.assign(
+        outside_cpu_share=np.where(servers["letter"] == "B", 0.30, 0.05),
+        outside_cpu_cores=np.where(servers["letter"] == "B", 0.60, 0.10),
+        machine_cpus=2,
+    )
+    result = compare(requests, spans, busy, LABELS)
+    assert row(result, "output_tok_per_s").change.verdict == SLOWER
+    assert result.withheld and not result.regression
+    assert any(d.startswith("interference: ") for d in result.doubts)
+    assert verdict_words(result).endswith("(interference)")
+    allowed = compare(requests, spans, busy, LABELS, allow_interference=True)
+    assert allowed.regression and not allowed.withheld
+    quiet = servers.assign(outside_cpu_share=0.05, outside_cpu_cores=0.10, machine_cpus=2)
+    assert compare(requests, spans, quiet, LABELS).interference is None

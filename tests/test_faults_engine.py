@@ -9,8 +9,10 @@ or stall its processes.
 from __future__ import annotations
 
 import asyncio
+import gzip
 import http.client
 import json
+import logging
 import os
 import queue
 import shutil
@@ -21,22 +23,26 @@ import sys
 import tempfile
 import threading
 import time
+import zlib
 from pathlib import Path
 
 import pytest
 import zmq
-from aiohttp import web
+from aiohttp.test_utils import make_mocked_request
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from benchmarks.bench_api import one_token_each
 from engine import ipc_dirs
-from engine.api.server import build_app, on_ready
+from engine.api import connections
+from engine.api.server import build_app, errors_as_json, on_ready
 from engine.api.worker_client import WorkerClient
+from engine.config import ConfigError, EngineConfig, load_scenario
 from engine.messages import (
     Abort,
     AddRequest,
     GetStats,
+    Heartbeat,
     Ready,
     Shutdown,
     StepFrames,
@@ -45,7 +51,8 @@ from engine.messages import (
     encode,
 )
 from engine.tokenizer import ByteTokenizer
-from harness.measure.server import ServerProcess, free_port, group_members
+from engine.worker.heartbeat import HEARTBEAT_S
+from harness.measure.server import ServerProcess, group_members
 from tests.conftest import Api
 
 VOCAB, MAX_LEN = 4096, 512
@@ -57,12 +64,15 @@ STREAM_TIMEOUT_S = 10  # a stream that hangs fails the test instead of the suite
 
 class FakeWorker(threading.Thread):
     """The worker's side of the ZMQ link: Ready, then one token per tick for each running
-    request; stats answered unless `hold_stats` is set; `raw` bytes sent as they are."""
+    request and a heartbeat every HEARTBEAT_S; stats answered unless `hold_stats` is set; `raw`
+    bytes sent as they are; nothing at all while `paused` is set (a stalled worker)."""
 
     def __init__(self, ipc: str, tick_s: float = 0.005):
         super().__init__(daemon=True)
         self.ipc, self.tick_s = ipc, tick_s
         self.hold_stats = threading.Event()
+        self.paused = threading.Event()
+        self.longest_step_s = tick_s  # what its heartbeats report
         self.stats_asked = 0
         self.raw: queue.Queue[bytes] = queue.Queue()
         self.done = threading.Event()
@@ -75,7 +85,14 @@ class FakeWorker(threading.Thread):
         outbox.send(encode(Ready("fake", "tiny", "cpu", 1, VOCAB, MAX_LEN, [])))
         running: dict[int, int] = {}
         held = 0
+        beat = time.monotonic()
         while not self.done.is_set():
+            if self.paused.is_set():
+                time.sleep(self.tick_s)
+                continue
+            if time.monotonic() - beat >= HEARTBEAT_S:
+                beat = time.monotonic()
+                outbox.send(encode(Heartbeat(self.longest_step_s)))
             while inbox.poll(0):
                 msg = decode_to_worker(inbox.recv())
                 if isinstance(msg, AddRequest):
@@ -102,11 +119,15 @@ class FakeWorker(threading.Thread):
 
 
 class InProcessServer:
-    """build_app + WorkerClient on an event loop in a thread, serving on a free port."""
+    """build_app + WorkerClient on an event loop in a thread, serving on a free port with the
+    production runner and connection guards (engine/api/connections.py). `settings`: engine
+    settings in place of the defaults (the guards' timeouts and cap)."""
 
-    def __init__(self):
+    def __init__(self, **settings):
         self.ipc = tempfile.mkdtemp(prefix="faults-")
-        self.port = free_port()
+        self.config = EngineConfig(**settings)
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
         self.api = Api(self.port)
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
@@ -131,21 +152,25 @@ class InProcessServer:
         self.run(call())
 
     async def _start(self):
-        client = WorkerClient(self.ipc)
+        config = self.config
+        client = WorkerClient(self.ipc, config.stall_timeout_s)
         client.start()
-        runner = web.AppRunner(
-            build_app(client, "fake", 1 << 20), handler_cancellation=True, shutdown_timeout=0.25
-        )
+        app = build_app(client, "fake", 1 << 20, config.body_timeout_s)
+        runner = connections.runner(app, config.idle_timeout_s, 0.25)
         await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", self.port).start()
+        self.listener = await connections.listen(runner, self.sock, config.max_connections)
         return client, runner
+
+    async def _stop(self) -> None:
+        self.listener.close()
+        await self.runner.cleanup()
 
     async def _ready(self) -> None:
         ready = await asyncio.wait_for(self.client.ready, 10)
         on_ready(self.runner.app, ready.vocab_size, ready.max_model_len, ByteTokenizer())
 
     def __exit__(self, *exc) -> None:
-        self.run(self.runner.cleanup())
+        self.run(self._stop())
         self.worker.done.set()
         self.worker.join(5)
         self.call(self.client.close)
@@ -417,6 +442,267 @@ def test_stale_ipc_directories_are_reclaimed_and_live_ones_kept(tmp_path):
     assert alive.exists() and no_owner.exists() and half_written.exists() and other.exists()
 
 
+# --- 15. a stalled worker (INVARIANTS 72) --------------------------------------------
+
+
+def test_a_stalled_worker_ends_every_stream_and_health_names_the_cause():
+    """The worker falls silent (SIGSTOP's effect: no frame, no heartbeat): within
+    stall_timeout_s past its longest step every open stream ends with an error event and
+    [DONE], /health is 503 naming the stall, and a new request is a 503 at once (RELIABILITY
+    15)."""
+    with InProcessServer(stall_timeout_s=0.5) as server:
+        streams = [Stream(server.port, prompt=[1], max_tokens=400) for _ in range(4)]
+        server.worker.paused.set()
+        paused = time.monotonic()
+        for stream in streams:
+            error, done = stream.ending()
+            assert done == "[DONE]" and "the worker stalled" in error["error"]["message"]
+        assert time.monotonic() - paused < HEARTBEAT_S + 0.5 + 1
+        status, body = server.api.request("GET", "/health", timeout=5)
+        assert status == 503 and "the worker stalled: nothing from it for" in body["reason"]
+        asked = time.monotonic()
+        status, body = server.api.complete(prompt=[1], max_tokens=2)
+        assert status == 503 and "stalled" in body["error"]["message"]
+        assert time.monotonic() - asked < 0.5
+        assert server.client.stalled and server.client.lost.done()
+
+
+def test_a_worker_whose_steps_are_long_is_not_stalled():
+    """Silence shorter than stall_timeout_s plus the longest step the heartbeats report is a
+    long step, not a stall: the streams run to their end."""
+    with InProcessServer(stall_timeout_s=0.5) as server:
+        server.worker.longest_step_s = 1.0
+        time.sleep(2 * HEARTBEAT_S)  # a heartbeat carries it
+        streams = [Stream(server.port, prompt=[1], max_tokens=100) for _ in range(2)]
+        server.worker.paused.set()
+        time.sleep(1.6)  # past a heartbeat and stall_timeout_s, within them and the longest step
+        server.worker.paused.clear()
+        for stream in streams:
+            final, done = stream.ending()
+            assert done == "[DONE]" and final["choices"][0]["finish_reason"] == "length"
+        assert not server.client.stalled
+        assert server.api.request("GET", "/health", timeout=5)[0] == 200
+
+
+def test_an_idle_worker_with_a_heartbeat_is_not_stalled():
+    with InProcessServer(stall_timeout_s=0.3) as server:
+        time.sleep(1.0)  # idle: no frame at all, heartbeats only
+        assert server.api.request("GET", "/health", timeout=5)[0] == 200
+        assert server.api.complete(prompt=[1], max_tokens=3)[0] == 200
+
+
+# --- 16. connections: idle, half-sent, too many (INVARIANTS 73) ----------------------
+
+GUARDED = dict(idle_timeout_s=0.5, body_timeout_s=0.5, max_connections=6)
+
+
+@pytest.fixture(scope="module")
+def guarded():
+    with InProcessServer(**GUARDED) as server:
+        yield server
+
+
+def _closed_within(sock: socket.socket, seconds: float) -> bytes:
+    """What the server sent before it closed the connection, which it must within `seconds`."""
+    sock.settimeout(seconds)
+    received = b""
+    started = time.monotonic()
+    try:
+        while chunk := sock.recv(65536):
+            received += chunk
+    except TimeoutError:
+        pytest.fail(f"the connection was still open {time.monotonic() - started:.1f} s on")
+    finally:
+        sock.close()
+    return received
+
+
+@pytest.mark.parametrize(
+    "sent",
+    [b"", b"POST /v1/completions HTTP/1.1\r\nHost: e", b"GET /health HTTP/1.1\r\n"],
+    ids=["nothing", "half-a-head", "no-blank-line"],
+)
+def test_a_connection_without_a_whole_head_is_closed_after_the_idle_timeout(guarded, sent):
+    sock = _raw_request(guarded.port, sent)
+    started = time.monotonic()
+    assert _closed_within(sock, 3) == b""
+    assert time.monotonic() - started >= GUARDED["idle_timeout_s"] * 0.9
+
+
+def test_a_kept_alive_connection_is_closed_when_idle(guarded):
+    sock = _raw_request(guarded.port, b"GET /health HTTP/1.1\r\nHost: e\r\n\r\n")
+    answered = _closed_within(sock, 3)  # answered, then closed once idle
+    assert answered.startswith(b"HTTP/1.1 200") and b'"ok"' in answered
+
+
+def test_a_body_shorter_than_its_content_length_is_a_408(guarded):
+    head = b"POST /v1/completions HTTP/1.1\r\nHost: e\r\nContent-Length: 100\r\n\r\n"
+    sock = _raw_request(guarded.port, head + b'{"prompt": [1]')
+    started = time.monotonic()
+    answer = _closed_within(sock, 5)
+    assert answer.startswith(b"HTTP/1.1 408") and b"did not arrive whole within 0.5 s" in answer
+    assert time.monotonic() - started < GUARDED["body_timeout_s"] + connections.LINGER_S + 1
+
+
+def test_connections_over_the_cap_get_a_503_and_the_server_recovers(guarded):
+    held = [_raw_request(guarded.port, b"") for _ in range(GUARDED["max_connections"])]
+    _wait_for(lambda: len(guarded.runner.server.connections) >= len(held), 2, "the held ones")
+    started = time.monotonic()
+    refused = _raw_request(guarded.port, b"GET /health HTTP/1.1\r\nHost: e\r\n\r\n")
+    answer = _closed_within(refused, 3)
+    assert answer.startswith(b"HTTP/1.1 503") and b"too many open connections" in answer
+    assert time.monotonic() - started < 1.5
+    for sock in held:
+        sock.close()
+    _wait_for(lambda: not guarded.runner.server.connections, 3, "the held ones to go")
+    assert guarded.api.complete(prompt=[1], max_tokens=2)[0] == 200
+
+
+def test_accept_errors_make_one_log_line_a_burst(caplog):
+    errors = connections.AcceptErrors()
+    loop = asyncio.new_event_loop()
+    out_of_files = OSError(24, "Too many open files")
+    context = {"message": "socket.accept() out of system resource", "exception": out_of_files}
+    with caplog.at_level("WARNING", logger="engine.serve"):
+        for _ in range(50):
+            errors(loop, context)
+        errors.last -= connections.ACCEPT_BURST_S  # the burst ends; the next one starts
+        errors(loop, context)
+    loop.close()
+    lines = [r.getMessage() for r in caplog.records if r.name == "engine.serve"]
+    assert len(lines) == 2 and all("Too many open files" in line for line in lines)
+    assert "(49 more in the last burst)" in lines[1] and not any(r.exc_info for r in caplog.records)
+
+
+# --- 17. bodies and fields that used to get a 500 or pass (INVARIANTS 20) -----------------
+
+
+def _post_raw(port: int, path: str, body: bytes, headers: dict | None = None):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request("POST", path, body=body, headers=headers or {})
+        resp = conn.getresponse()
+        return resp.status, json.loads(resp.read())
+    finally:
+        conn.close()
+
+
+CHAT = "/v1/chat/completions"
+REFUSED_FIELDS = [
+    ("/v1/completions", b'{"prompt": "a\\ud800b"}', "prompt", "lone surrogate"),
+    (CHAT, b'{"messages": [{"role": "user", "content": "\\udfff"}]}', "messages", "surrogate"),
+    ("/v1/completions", b'{"prompt": [1], "n": true}', "n", "n=True"),
+    ("/v1/completions", b'{"prompt": [1], "echo": 0}', "echo", "echo=0"),
+    ("/v1/completions", b'{"prompt": [1], "best_of": 1.0}', "best_of", "best_of=1.0"),
+    ("/v1/completions", b'{"prompt": [1], "presence_penalty": false}', "presence_penalty", ""),
+    (CHAT, b'{"messages": [{"role": "user", "content": "x"}], "logprobs": 0}', "logprobs", ""),
+]
+
+
+@pytest.mark.parametrize("path,body,param,message", REFUSED_FIELDS)
+def test_fields_that_cannot_be_used_are_a_400_naming_them(
+    shared_server, path, body, param, message
+):
+    status, reply = _post_raw(shared_server.port, path, body)
+    assert status == 400 and reply["error"]["param"] == param, reply
+    assert message in reply["error"]["message"]
+
+
+def test_a_huge_value_is_echoed_as_a_short_prefix(shared_server):
+    body = {"messages": [{"role": "r" * 100_000, "content": "x"}]}
+    status, reply = _post_raw(shared_server.port, CHAT, json.dumps(body).encode())
+    assert status == 400 and "messages[0].role" in reply["error"]["message"]
+    assert len(reply["error"]["message"]) < 200
+
+
+GOOD = json.dumps({"prompt": [1, 2], "max_tokens": 2}).encode()
+
+
+@pytest.mark.parametrize(
+    "encoding,body,status,text",
+    [
+        ("gzip", b"not gzip at all", 400, "not valid gzip"),
+        ("deflate", b"\x00\x01", 400, "not valid deflate"),
+        ("gzip", gzip.compress(GOOD)[:-6], 400, "not valid gzip"),  # truncated
+        ("br", GOOD, 400, "Content-Encoding 'br' is not supported"),
+        ("gzip, gzip", GOOD, 400, "is not supported"),
+        ("gzip", gzip.compress(b" " * (2 << 20)), 413, "too large once decoded"),
+        ("gzip", gzip.compress(GOOD), 200, ""),
+        ("deflate", zlib.compress(GOOD), 200, ""),
+        ("identity", GOOD, 200, ""),
+    ],
+)
+def test_a_body_is_decoded_from_its_content_encoding_or_refused(
+    shared_server, caplog, encoding, body, status, text
+):
+    headers = {"Content-Encoding": encoding, "Content-Type": "application/json"}
+    got, reply = _post_raw(shared_server.port, "/v1/completions", body, headers)
+    assert got == status, reply
+    if status != 200:
+        assert text in reply["error"]["message"]
+        assert reply["error"]["param"] == ("Content-Encoding" if status == 400 else None)
+    assert not [r for r in caplog.records if r.levelname == "ERROR"]
+
+
+def test_a_client_that_goes_away_is_logged_at_debug(caplog):
+    """The handler's write finds the connection reset (a client closing at the stream's end):
+    one debug line, no error and no traceback."""
+
+    async def reset(request):
+        raise ConnectionResetError("Cannot write to closing transport")
+
+    async def call():
+        request = make_mocked_request("POST", "/v1/completions")
+        return await errors_as_json(request, reset)
+
+    with caplog.at_level("DEBUG", logger="engine.api"):
+        response = asyncio.run(call())
+    assert response.status == 499
+    assert [r.levelname for r in caplog.records if r.name == "engine.api"] == ["DEBUG"]
+    assert "went away" in caplog.records[-1].getMessage()
+
+
+def test_streams_cut_by_their_clients_log_no_error(server, caplog):
+    streams = [Stream(server.port, prompt=[1], max_tokens=400) for _ in range(6)]
+    for stream in streams:  # a reset, as a client killed mid-stream
+        stream.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\0\0\0\0\0\0\0")
+        stream.sock.close()
+    _wait_for(lambda: server.client.in_flight == 0, 5, "every cut request to be released")
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+# --- 18. configs that would hang ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "overrides,named",
+    [
+        ({"engine.state_slots": 0}, "engine.state_slots"),
+        ({"engine.max_rows": 0, "engine.max_tokens_per_step": 0}, "engine.max_rows"),
+        ({"engine.max_tokens_per_step": 0}, "engine.max_tokens_per_step"),
+        ({"engine.kv_pages": 0}, "engine.kv_pages"),
+        ({"engine.stall_timeout_s": 0}, "engine.stall_timeout_s"),
+        ({"engine.idle_timeout_s": "soon"}, "engine.idle_timeout_s"),
+        ({"engine.max_connections": 0}, "engine.max_connections"),
+    ],
+)
+def test_a_config_that_would_hang_is_refused_where_it_is_made(overrides, named):
+    with pytest.raises(ConfigError, match=named):
+        load_scenario("qwen35", "tiny", overrides)
+
+
+def test_engine_serve_refuses_a_config_that_would_hang_at_once():
+    started = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "engine", "serve", "qwen35", "--size", "tiny", "--set",
+         "engine.state_slots=0"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip() == "error: engine.state_slots must be at least 1, got 0"
+    assert time.monotonic() - started < 30
+
+
 # --- end to end: `python -m engine serve` -------------------------------------------------
 
 
@@ -481,6 +767,32 @@ def test_a_killed_worker_ends_streams_at_once_and_the_server_exits_1(engine_serv
     after = _log_after(engine_server.log_path, "listening on")
     assert len(after) == 1 and "the worker exited with code -9; stopping" in after[0], after
     _assert_group_gone(engine_server.proc.pid)
+    assert not list(Path(short_tmp).glob("engine-ipc-*"))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_stopped_worker_is_declared_stalled_killed_and_the_server_exits_1(short_tmp, tmp_path):
+    """The issue's reproduction: SIGSTOP of the worker under streams. With stall_timeout_s 1:
+    every stream ends with the error event within ~2 s, /health says why until the port
+    closes, the worker is killed (a stopped one reads no Shutdown), exit 1, nothing left
+    (RELIABILITY 15)."""
+    server = _server(short_tmp, tmp_path / "server.log", overrides="engine.stall_timeout_s=1")
+    try:
+        server.wait_healthy(90)
+        streams = _streams(server.port, 4)
+        os.kill(_worker_pid(server), signal.SIGSTOP)
+        stopped = time.monotonic()
+        for stream in streams:
+            error, done = stream.ending()
+            assert done == "[DONE]" and "the worker stalled" in error["error"]["message"]
+        assert time.monotonic() - stopped < 1 + HEARTBEAT_S + 1.5
+        assert _exit_code_within(server, 3) == 1
+        after = _log_after(server.log_path, "listening on")
+        assert len(after) == 1 and "the worker stalled: nothing from it for" in after[0], after
+    finally:
+        server.stop()
+    _assert_group_gone(server.proc.pid)
     assert not list(Path(short_tmp).glob("engine-ipc-*"))
 
 

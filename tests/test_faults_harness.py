@@ -355,6 +355,100 @@ def test_a_run_in_which_most_requests_failed_is_an_error(tmp_path, stub):
     assert (out / "summary.json").exists()  # summarised: its report shows the failures
 
 
+# --- 19. what cannot give a result, refused before any server (INVARIANTS 31, 34) ----
+
+SCENARIO = (ROOT / "scenarios" / "qwen35.yaml").read_text()
+
+
+@pytest.mark.parametrize(
+    "text,arms,message",
+    [
+        (SCENARIO.replace("headline: output_tok_per_s", "headline: no_such_metric"), [],
+         "headline 'no_such_metric' is not a figure of a completions load; use one of"),
+        (SCENARIO.replace("  arch: qwen35", "  arch: nosuch"), [],
+         "unknown architecture 'nosuch'; known: orpheus, qwen35"),
+        (SCENARIO, ["--arm", "a=worktree", "--arm", "b=model.preset=nosuch"],
+         "arm b: unknown qwen35 preset 'nosuch'; presets: 0.8b, tiny"),
+        (SCENARIO, ["--arm", "a=worktree", "--arm", "b=engine.state_slots=0"],
+         "engine.state_slots must be at least 1, got 0"),
+    ],
+    ids=["headline", "arch", "preset", "hanging-config"],
+)  # fmt: skip
+def test_a_run_that_cannot_give_a_result_is_refused_before_any_server(
+    tmp_path, text, arms, message
+):
+    """Each used to run every server and exit 0 with nothing (a headline no figure has), exit 3
+    with a KeyError (arch, preset) or wait 180 s for a worker that never warmed up (a config
+    that hangs): now exit 2, one line, before anything is written (RELIABILITY 18, 19)."""
+    path = tmp_path / "scenario.yaml"
+    path.write_text(text)
+    out = tmp_path / "run"
+    arms = arms or ["--arm", "a=worktree", "--arm", "b=worktree"]
+    started = time.monotonic()
+    result = CliRunner().invoke(app, ["run", str(path), *SMALL, *arms, "--out", str(out)])
+    assert message in one_line_error(result)
+    assert not out.exists() and time.monotonic() - started < 30
+    assert not _processes_mentioning(str(tmp_path))
+
+
+# --- 20. a results directory that is damaged or partial (INVARIANTS 74) --------------
+
+
+def _flip(data: bytes, at: int) -> bytes:
+    return data[:at] + bytes(b ^ 0xFF for b in data[at : at + 64]) + data[at + 64 :]
+
+
+def _with(key: str, value):
+    return lambda data: json.dumps(json.loads(data) | {key: value}).encode()
+
+
+DAMAGE = {
+    "requests-truncated": ("requests.parquet", lambda d: d[: len(d) // 2], "cannot read"),
+    "requests-empty": ("requests.parquet", lambda d: b"", "cannot read"),
+    "requests-bits-flipped": ("requests.parquet", lambda d: _flip(d, 4), "cannot read"),
+    "requests-footer-flipped": ("requests.parquet", lambda d: _flip(d, len(d) - 200), "cannot"),
+    "spans-truncated": ("spans.parquet", lambda d: d[:-10], "cannot read"),
+    "servers-bits-flipped": ("servers.parquet", lambda d: _flip(d, 4), "cannot read"),
+    "requests-missing": ("requests.parquet", None, "is missing beside the run's other tables"),
+    "manifest-a-list": ("manifest.json", lambda d: b"[1, 2]", "is not a JSON object"),
+    "manifest-truncated": ("manifest.json", lambda d: d[: len(d) // 2], "cannot read"),
+    "manifest-empty": ("manifest.json", lambda d: b"", "cannot read"),
+    "manifest-scenario-a-string": ("manifest.json", _with("scenario", "x"), "scenario is not"),
+    "manifest-arms-a-mapping": ("manifest.json", _with("arms", {"A": 1}), "arms is not"),
+    "manifest-version-a-string": ("manifest.json", _with("schema_version", "4"), "schema '4'"),
+}
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    from tests.synthetic_run import write_run
+
+    path = tmp_path_factory.mktemp("recorded") / "run"
+    write_run(path, [100.0, 110.0, 105.0, 100.0])
+    return path
+
+
+@pytest.mark.parametrize("damage", list(DAMAGE))
+def test_a_damaged_results_directory_is_one_line_naming_the_file(tmp_path, recorded, damage):
+    """bench report, compare and run --continue on a run with one file damaged: exit 2, one
+    line naming the file, never a traceback (8 of 13 such runs were exit 3), and nothing in
+    the run changed (RELIABILITY 20)."""
+    name, change, message = DAMAGE[damage]
+    run = tmp_path / "run"
+    shutil.copytree(recorded, run)
+    file = run / name
+    if change is None:
+        file.unlink()
+    else:
+        file.write_bytes(change(file.read_bytes()))
+    before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
+    continued = ["run", "qwen35", *SMALL, "--continue", "--out", str(run)]
+    for args in (["report", str(run)], ["compare", str(recorded), str(run)], continued):
+        error = one_line_error(CliRunner().invoke(app, args))
+        assert message in error and (str(file) in error or str(run) in error), (args, error)
+    assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()} == before
+
+
 # --- 12. a refused connection has no status -----------------------------------------------
 
 

@@ -56,6 +56,7 @@ def greedy_on(
     return out, worker.engine.model
 
 
+@pytest.mark.gpu_quick
 def test_tiny_engine_on_cuda_equals_the_cpu_reference():
     prompts = [[(7 * i + j) % 4000 + 1 for j in range(n)] for i, n in enumerate([3, 30, 17, 64])]
     cuda, _ = greedy_on("cuda", "float32", "tiny", prompts, 16)
@@ -129,6 +130,7 @@ def test_overlapped_loop_on_cuda_equals_the_strict_loop():
         assert overlapped == strict, preset
 
 
+@pytest.mark.gpu_quick  # one 0.8b engine on the kernels and graphs
 def test_08b_bf16_engine_decodes_on_the_kernels():
     """The whole loop (batched prefill, decode, sampling) on the kernels at 0.8b: every
     request gets its 8 tokens, and the same prompts give the same tokens again (greedy bf16
@@ -221,6 +223,7 @@ def test_08b_split_mixed_steps_emit_the_tokens_of_apart_steps():
     assert same >= 0.95 * 24 * len(prompts)
 
 
+@pytest.mark.gpu_quick
 def test_tiny_prefill_stream_on_cuda_equals_the_cpu_reference():
     """engine.prefill_stream on the GPU, fp32 (eager ops on both streams): prompts arriving
     a step apart prefill on their own stream beside the decode steps of the rows before them
@@ -459,6 +462,7 @@ def _orpheus_on(device: str, overlap: bool, lengths: list[int], **engine):
     return sent, pcm, worker
 
 
+@pytest.mark.gpu_quick
 @pytest.mark.parametrize("codec_kernels", ["torch", "fused"])
 @pytest.mark.parametrize("overlap", [False, True])
 def test_tiny_orpheus_on_cuda_equals_the_cpu_reference(overlap, codec_kernels):
@@ -482,6 +486,7 @@ def test_tiny_orpheus_on_cuda_equals_the_cpu_reference(overlap, codec_kernels):
         assert got.shape == want.shape and np.abs(got - want).max(initial=0) <= 2, rid
 
 
+@pytest.mark.gpu_quick
 def test_tiny_orpheus_with_the_masked_head_on_cuda_equals_the_whole_heads_cpu_run():
     """`engine.masked_head` on CUDA (the LM head's GEMM over the audio codes' rows alone,
     through CudaOps, overlapped loop; fp32, so no decode graphs: `bench_gpu_step --scenario
@@ -505,6 +510,7 @@ def _max_pcm_difference(a, b) -> int:
     return int(np.abs(a.astype(np.int32) - b.astype(np.int32)).max(initial=0))
 
 
+@pytest.mark.gpu_quick
 def test_tiny_orpheus_codec_graph_replay_equals_eager_for_every_bucket():
     """INVARIANTS 41 on CUDA: the codec graphs (engine/worker/codec_graphs.py) in fp32, every
     bucket to 64 replayed for window counts that fill a bucket and that pad one, against the
@@ -538,6 +544,7 @@ def test_tiny_orpheus_codec_graph_replay_equals_eager_for_every_bucket():
     print("codec graph replay, max |PCM difference| against", worst)
 
 
+@pytest.mark.gpu_quick
 @pytest.mark.parametrize("overlap", [False, True])
 def test_tiny_orpheus_worker_with_codec_graphs_streams_the_same_pcm(overlap):
     """The whole tiny Orpheus worker in fp32 on CUDA, `engine.codec_graphs` on against off:
@@ -557,6 +564,7 @@ def test_tiny_orpheus_worker_with_codec_graphs_streams_the_same_pcm(overlap):
         assert _max_pcm_difference(got, want) <= 1, rid
 
 
+@pytest.mark.gpu_quick
 @pytest.mark.parametrize(("overlap", "graphs"), [(False, True), (True, True), (True, False)])
 def test_tiny_orpheus_worker_with_codec_overlap_streams_the_same_pcm(overlap, graphs):
     """INVARIANTS 48 on CUDA: the whole tiny Orpheus worker in fp32, `engine.codec_overlap` on
@@ -588,6 +596,7 @@ def test_tiny_orpheus_worker_with_codec_overlap_streams_the_same_pcm(overlap, gr
     print("codec_overlap on against off: max |PCM difference|", worst)
 
 
+@pytest.mark.gpu_quick
 def test_a_codec_overlap_step_does_not_wait_for_its_device_work():
     """`engine.codec_overlap`: the stage's step begins a decode and returns while it still runs
     on the device (its codes go up from pinned memory and its PCM comes back into pinned memory
@@ -653,6 +662,7 @@ def _windows(count: int, seed: int = 0) -> np.ndarray:
     return audio_token_low(np.arange(WINDOW_TOKENS)) + codes
 
 
+@pytest.mark.gpu_quick
 @pytest.mark.parametrize("kernels", CODEC_SETTINGS)
 def test_tiny_codec_kernels_decode_as_the_torch_reference(kernels):
     """`engine.codec_kernels` on CUDA, tiny in fp32, TF32 off: the decoder's audio (before the

@@ -19,7 +19,7 @@ from engine.cache import CacheShapes, KVCache
 from engine.kernels.torch_ops import TORCH_OPS
 from engine.worker.step_inputs import StepInputs
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.gpu_quick]
 if not torch.cuda.is_available():
     pytest.skip("needs CUDA", allow_module_level=True)
 

@@ -19,7 +19,7 @@ from engine.layers.norm import GatedRMSNorm, RMSNorm
 from engine.layers.rotary import RotaryEmbedding
 from engine.layers.sampler import SamplingParams, window_logits
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.gpu_quick]
 if not torch.cuda.is_available():
     pytest.skip("needs CUDA", allow_module_level=True)
 

@@ -101,7 +101,7 @@ def test_prompt_files_text_ids_and_sharegpt(tmp_path):
         {"prompt": "hello there", "output_tokens": 5},
         {"prompt": [1, 2, 3], "max_tokens": 2},
         {"prompt": "guidellm's name", "output_tokens_count": 3},
-        {"conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "héllo"}]},
+        {"conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "héllo wörld"}]},
         {"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}],
          "output_tokens": 7},
     ]  # fmt: skip
@@ -109,7 +109,7 @@ def test_prompt_files_text_ids_and_sharegpt(tmp_path):
     prompts = read_prompt_file(path, count=7)
     specs = [prompts[i] for i in range(7)]
     assert [s.prompt for s in specs[:5]] == ["hello there", [1, 2, 3], "guidellm's name", "hi", "q"]
-    assert [s.max_tokens for s in specs[:5]] == [5, 2, 3, len("héllo".encode()), 7]
+    assert [s.max_tokens for s in specs[:5]] == [5, 2, 3, 2, 7]  # the reply: 2 words, 2 tokens
     assert specs[5].prompt == "hello there" and specs[5].index == 5  # repeated, in order
     assert specs[1].prompt_tokens == 3 and specs[0].prompt_tokens == 0
     for bad in ('{"prompt": "x"}', '{"prompt": ""}', "[1]", '{"text": "x"}', "not json"):

@@ -324,3 +324,17 @@ def test_batch_windows_are_drawn_from_the_loads_start(tmp_path):
     assert len(segments) == len(windows)  # the idle window not among them
     assert starts[0] == 0.0 and all(x >= 0 for x in starts)
     plt.close("all")
+
+
+def test_an_aa_run_says_so_at_the_top(tmp_path, report):
+    """A run whose arms are the same code (manifest aa_check) says it is an A/A run under its
+    headline, so its changes read as the machine's noise; a run of two codes does not."""
+    from harness.show.report.document import AA_NOTE
+
+    assert AA_NOTE not in report[1]
+    write_run(tmp_path / "run", RATES)
+    manifest_path = tmp_path / "run" / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    manifest_path.write_text(json.dumps(manifest | {"aa_check": True}))
+    md = report_run(tmp_path / "run").read_text()
+    assert md.index(AA_NOTE) < md.index("Setup: ")

@@ -212,6 +212,7 @@ def test_forced_eos_ends_with_stop(reference_model):
         assert body["choices"][0]["finish_reason"] == "length"
 
 
+@pytest.mark.fresh_worker  # finds the worker as the API server's child
 def test_sigterm_stops_both_processes_and_frees_the_port():
     port = free_port()
     tmp = Path(tempfile.mkdtemp(prefix="ts-"))  # its own: other servers come and go in /tmp

@@ -189,10 +189,15 @@ def test_no_values_is_not_enough_data():
     assert paired_change(empty, "A", "B", True).verdict == NOT_ENOUGH
 
 
-def test_a_small_clear_change_inside_the_margin_is_no_change():
+def test_a_small_clear_change_is_a_verdict_however_small():
+    """Significance first (issue 34): a 1% change measured to +-0.1% is "faster", not "no
+    change"; "no change" is an interval that covers 0 inside the margin."""
     values = servers(4, 1.01, 0.0005, seed=9)
-    assert paired_change(values, "A", "B", True).verdict == NO_CHANGE
-    assert paired_change(values, "A", "B", True, Rule(margin=0.005)).verdict == FASTER
+    change = paired_change(values, "A", "B", True)
+    assert change.verdict == FASTER and change.ratio == pytest.approx(1.01, abs=0.002)
+    assert paired_change(values, "A", "B", True, Rule(margin=0.05)).verdict == FASTER
+    same = paired_change(servers(4, 1.0, 0.002, seed=9), "A", "B", True)
+    assert same.low < 1 < same.high and same.verdict == NO_CHANGE
 
 
 def test_noisy_figure_asks_for_enough_blocks():
@@ -201,7 +206,9 @@ def test_noisy_figure_asks_for_enough_blocks():
     needed = change.blocks_needed
     # independently: a server's residual sd from the interval (ABBA: se = sd / sqrt(blocks))
     sd = math.log(change.high / change.ratio) / t_quantile(0.95, change.df) * math.sqrt(3)
-    target = math.log(1.05) / 2  # half the margin: every outcome decisive
+    effect = abs(math.log(change.ratio))
+    edge = math.log1p(Rule().margin)
+    target = max(effect, edge - effect)  # an interval that excludes 0, or lies inside
 
     def half(blocks: int) -> float:
         return t_quantile(0.95, 3 * blocks - 1) * sd / math.sqrt(blocks)
@@ -215,10 +222,12 @@ def test_noisy_figure_asks_for_enough_blocks():
         (0.06, 0.09, True, FASTER),
         (0.06, 0.09, False, SLOWER),
         (-0.09, -0.06, True, SLOWER),
-        (-0.005, 0.009, True, NO_CHANGE),  # inside +-5%
-        (0.005, 0.02, True, NO_CHANGE),  # clear, but smaller than the margin
-        (0.02, 0.06, True, FASTER),  # clear, and not provably inside the margin
-        (-0.04, 0.04, True, NO_CHANGE),
+        (-0.005, 0.009, True, NO_CHANGE),  # covers 0, inside +-2%
+        (0.005, 0.02, True, FASTER),  # clear, however small: significance first
+        (-0.02, -0.005, False, FASTER),  # a cost that fell
+        (0.02, 0.06, True, FASTER),
+        (-0.04, 0.04, True, NOT_ENOUGH),  # covers 0, past the 2% margin
+        (-0.015, 0.015, True, NO_CHANGE),
         (-0.001, 0.099, True, NOT_ENOUGH),  # defect 2: this read "no change" and exited 0
         (-0.07, 0.05, True, NOT_ENOUGH),
     ],

@@ -15,6 +15,7 @@ from engine.tokenizer import (
     ByteTokenizer,
     FileTokenizer,
     TokenizerError,
+    WordTokenizer,
     check_vocabulary,
     load_tokenizer,
     tokenizer_path,
@@ -54,7 +55,9 @@ def test_file_tokenizer_encodes_decodes_and_streams(tmp_path):
 
 def test_which_tokenizer_a_scenario_gets(tmp_path):
     assert tokenizer_path(None, None) is None
-    assert isinstance(load_tokenizer(), ByteTokenizer)
+    default = load_tokenizer(vocab_size=VOCAB)  # the words of the model's vocabulary
+    assert isinstance(default, WordTokenizer) and default.size == VOCAB
+    assert isinstance(load_tokenizer("bytes"), ByteTokenizer)
     path = word_tokenizer(tmp_path, 16)
     assert tokenizer_path(str(path), None) == path
     assert tokenizer_path(str(tmp_path), None) == path  # a directory holding tokenizer.json
@@ -140,7 +143,8 @@ def test_openai_client_streams_completions_and_chat(tiny_server):
             model="qwen35", prompt=prompt, max_tokens=6, stream=True, extra_body=extra
         )
     )
-    assert usage.prompt_tokens == len(prompt.encode()) and usage.completion_tokens == 6
+    words = WordTokenizer(VOCAB)  # the server's default: a word a token
+    assert usage.prompt_tokens == 4 and usage.completion_tokens == 6
     assert choices[-1].finish_reason == "length" and "".join(c.text for c in choices)
     choices, usage = _streamed(
         client.chat.completions.create(
@@ -154,7 +158,9 @@ def test_openai_client_streams_completions_and_chat(tiny_server):
     )
     assert choices[0].delta.role == "assistant" and choices[-1].finish_reason == "length"
     assert usage.completion_tokens == 5
-    assert usage.prompt_tokens == len(chat_prompt([{"role": "user", "content": prompt}]).encode())
+    assert usage.prompt_tokens == len(
+        words.encode(chat_prompt([{"role": "user", "content": prompt}]))
+    )
     whole = client.chat.completions.create(
         model="qwen35", messages=[{"role": "user", "content": prompt}], max_completion_tokens=3
     )

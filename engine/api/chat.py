@@ -5,6 +5,8 @@ byte-level one as their bytes."""
 
 from __future__ import annotations
 
+import reprlib
+
 ROLES = ("system", "user", "assistant", "developer")
 
 
@@ -19,7 +21,9 @@ def chat_prompt(messages: object) -> str:
             raise ValueError(f"messages[{i}] must be an object with role and content")
         role = message.get("role")
         if role not in ROLES:
-            raise ValueError(f"messages[{i}].role must be one of {', '.join(ROLES)}, got {role!r}")
+            raise ValueError(
+                f"messages[{i}].role must be one of {', '.join(ROLES)}, got {reprlib.repr(role)}"
+            )
         turns.append(f"<|im_start|>{role}\n{_content(message.get('content'), i)}<|im_end|>\n")
     return "".join(turns) + "<|im_start|>assistant\n"
 

@@ -1,25 +1,30 @@
 """The OpenAI-compatible HTTP API: /v1/completions and /v1/chat/completions (SSE streaming
 or one body), /v1/audio/speech (raw PCM, speech.py; for a model that speaks), /health,
-/v1/models.
+/v1/models, /metrics (Prometheus, metrics.py), /v1/tokenizer.json.
 
 Every request is validated and its text tokenized before it reaches the worker
 (validate.py): any body gets a 4xx or a 200, never a 500. A reply's tokens are decoded to text
 as they stream (engine/tokenizer.py) and shaped as the endpoint's replies are (replies.py). A
 client that goes away mid-stream aborts its request, so the worker frees its pages and slot.
 When the worker is gone or the server stops, every open stream ends at once
-(docs/RELIABILITY.md).
+(docs/RELIABILITY.md). A body must arrive whole within `body_timeout_s` (else 408), in
+identity, gzip or deflate encoding (else 400); a client that goes away is logged at debug.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import Callable
+from time import perf_counter
 
 import msgspec
 import msgspec.structs
 from aiohttp import web
 
+from engine.api.body import read_body
+from engine.api.metrics import CONTENT_TYPE, EngineMetrics, RequestTally
 from engine.api.replies import Reply, usage
 from engine.api.speech import stream_pcm, validate_speech
 from engine.api.validate import (
@@ -31,13 +36,16 @@ from engine.api.validate import (
 )
 from engine.api.worker_client import STATS_TIMEOUT_S, WorkerClient, WorkerUnavailable
 from engine.messages import AddRequest, SpeechFormat
-from engine.tokenizer import Tokenizer
+from engine.tokenizer import Tokenizer, tokenizer_config, tokenizer_json
 
 log = logging.getLogger("engine.api")
 _json = msgspec.json.Encoder()
 
 CLIENT = web.AppKey("client", WorkerClient)
 STATE = web.AppKey("state", dict)
+METRICS = web.AppKey("metrics", EngineMetrics)
+# A scrape waits this long for the worker's pool; past it /metrics answers without its gauges.
+POOL_WAIT_S = 2.0
 
 
 def _error(err: ApiError) -> web.Response:
@@ -56,6 +64,9 @@ async def errors_as_json(request: web.Request, handler):
         return _error(ApiError(503, str(exc)))
     except web.HTTPException:
         raise
+    except ConnectionResetError as exc:  # the client went away: nothing to answer, no error
+        log.debug("the client of %s %s went away: %s", request.method, request.path, exc)
+        return web.Response(status=499)  # not sent: aiohttp finds the connection closed
     except Exception:  # a bug: log it whole, answer JSON, keep serving
         log.exception("unhandled error in %s %s", request.method, request.path)
         return _error(ApiError(500, "internal error; see the server log"))
@@ -90,6 +101,35 @@ async def engine_stats(request: web.Request) -> web.Response:
     return web.json_response(stats)
 
 
+async def metrics_text(request: web.Request) -> web.Response:
+    client = request.app[CLIENT]
+    pool = None
+    if request.app[STATE]["limits"] is not None and not client.unavailable:
+        try:
+            pool = await asyncio.wait_for(client.stats(), POOL_WAIT_S)
+        except (TimeoutError, WorkerUnavailable):
+            pool = None
+    body = request.app[METRICS].render(pool, client.in_flight)
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
+
+
+async def tokenizer_file(request: web.Request) -> web.Response:
+    """The server's tokenizer as tokenizer.json (or, at /v1/tokenizer_config.json, the
+    config transformers' AutoTokenizer reads beside it): load it to count tokens as the
+    server does. A 404 for the byte-level tokenizer, which has no such file."""
+    tokenizer = _limits(request.app[STATE]).tokenizer
+    state = request.app[STATE]
+    if request.path.endswith("tokenizer_config.json"):
+        text = tokenizer_config(tokenizer)
+    else:
+        if "tokenizer_json" not in state:  # made once: the default's vocabulary is built here
+            state["tokenizer_json"] = await asyncio.to_thread(tokenizer_json, tokenizer)
+        text = state["tokenizer_json"]
+    if text is None:
+        raise ApiError(404, f"the tokenizer {tokenizer.name} has no tokenizer.json")
+    return web.Response(text=text, content_type="application/json")
+
+
 async def completions(request: web.Request) -> web.StreamResponse:
     return await _reply(request, validate_completion, chat=False)
 
@@ -101,22 +141,25 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
 async def _reply(
     request: web.Request, validate: Callable[[object, Limits], CompletionParams], chat: bool
 ) -> web.StreamResponse:
+    arrival = perf_counter()
     client, state = request.app[CLIENT], request.app[STATE]
     limits = _limits(state)
     if state["speech"] is not None:
         raise ApiError(404, f"{state['model']} speaks: its output is audio (/v1/audio/speech)")
-    params = validate(_parse_json(await request.read()), limits)
+    params = validate(await _json_body(request), limits)
     rid, queue = _submit(client, state, params)
+    tally = request.app[METRICS].request(len(params.prompt), arrival)
     reply = Reply.of(rid, state["model"], chat)
     done = False
     try:
         if params.stream:
-            response = await _stream(request, queue, params, reply, limits.tokenizer)
+            response = await _stream(request, queue, params, reply, limits.tokenizer, tally)
         else:
-            response = await _collect(client, queue, params, reply, limits.tokenizer)
+            response = await _collect(client, queue, params, reply, limits.tokenizer, tally)
         done = True
         return response
     finally:
+        tally.finish("abort")  # cut short (a reply that ended was counted by its reason)
         client.release(rid, abort=not done)
 
 
@@ -125,7 +168,7 @@ async def speech(request: web.Request) -> web.StreamResponse:
     limits = _limits(state)
     if state["speech"] is None:
         raise ApiError(404, f"{state['model']} does not speak: it has no /v1/audio/speech")
-    params = validate_speech(_parse_json(await request.read()), limits, state["speech"])
+    params = validate_speech(await _json_body(request), limits, state["speech"])
     rid, queue = _submit(client, state, params)
     done = False
     try:
@@ -148,6 +191,11 @@ def _submit(client: WorkerClient, state: dict, params: CompletionParams):
     rid, queue = client.submit(lambda rid: _add_request(rid, params))
     state["max_in_flight"] = max(state["max_in_flight"], client.in_flight)
     return rid, queue
+
+
+async def _json_body(request: web.Request) -> object:
+    state = request.app[STATE]
+    return _parse_json(await read_body(request, state["max_body"], state["body_timeout_s"]))
 
 
 def _not_json(constant: str):
@@ -188,7 +236,14 @@ def _data(event: dict) -> bytes:
     return b"data: " + _json.encode(event) + b"\n\n"
 
 
-async def _stream(request, queue, params: CompletionParams, reply: Reply, tokenizer: Tokenizer):
+async def _stream(
+    request,
+    queue,
+    params: CompletionParams,
+    reply: Reply,
+    tokenizer: Tokenizer,
+    tally: RequestTally,
+):
     response = web.StreamResponse(
         headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
     )
@@ -198,12 +253,14 @@ async def _stream(request, queue, params: CompletionParams, reply: Reply, tokeni
     while True:
         frame = await queue.get()
         if frame.tokens:
+            tally.frame(len(frame.tokens))
             piece = "".join(text.step(t) for t in frame.tokens)
             logprobs = _logprobs(frame.tokens, frame.logprobs, tokenizer)
             await response.write(_data(reply.chunk(piece, frame.tokens, logprobs, not produced)))
             produced += len(frame.tokens)
         if frame.finish_reason is None:
             continue
+        tally.finish(frame.finish_reason)
         if frame.finish_reason == "error":
             err = {"error": {"message": frame.error or "generation failed", "type": "server_error"}}
             await response.write(_data(err))
@@ -215,15 +272,20 @@ async def _stream(request, queue, params: CompletionParams, reply: Reply, tokeni
         return response
 
 
-async def _collect(client, queue, params: CompletionParams, reply: Reply, tokenizer: Tokenizer):
+async def _collect(
+    client, queue, params: CompletionParams, reply: Reply, tokenizer: Tokenizer, tally: RequestTally
+):
     tokens: list[int] = []
     logprobs: list[float] = []
     while True:
         frame = await queue.get()
+        if frame.tokens:
+            tally.frame(len(frame.tokens))
         tokens.extend(frame.tokens)
         logprobs.extend(frame.logprobs or [])
         if frame.finish_reason is not None:
             break
+    tally.finish(frame.finish_reason)
     if frame.finish_reason in ("error", "abort"):  # abort: ended by the server, not the client
         status = 503 if client.unavailable else 500
         raise ApiError(status, frame.error or client.unavailable or "generation failed")
@@ -233,11 +295,20 @@ async def _collect(client, queue, params: CompletionParams, reply: Reply, tokeni
     return web.json_response(body, dumps=lambda obj: _json.encode(obj).decode())
 
 
-def build_app(client: WorkerClient, model: str, max_body: int) -> web.Application:
+def build_app(
+    client: WorkerClient,
+    model: str,
+    max_body: int,
+    body_timeout_s: float = 30.0,
+    metrics: EngineMetrics | None = None,
+) -> web.Application:
+    """The API; `metrics`: the tallies /metrics renders (the worker client's steps feed them)."""
     app = web.Application(client_max_size=max_body, middlewares=[errors_as_json])
     app[CLIENT] = client
+    app[METRICS] = metrics or EngineMetrics(model)
     app[STATE] = {
-        "model": model, "limits": None, "speech": None, "max_model_len": 0, "max_in_flight": 0
+        "model": model, "limits": None, "speech": None, "max_model_len": 0, "max_in_flight": 0,
+        "max_body": max_body, "body_timeout_s": body_timeout_s,
     }  # fmt: skip
     app.router.add_post("/v1/completions", completions)
     app.router.add_post("/v1/chat/completions", chat_completions)
@@ -245,6 +316,9 @@ def build_app(client: WorkerClient, model: str, max_body: int) -> web.Applicatio
     app.router.add_get("/health", health)
     app.router.add_get("/v1/models", models)
     app.router.add_get("/v1/engine/stats", engine_stats)
+    app.router.add_get("/metrics", metrics_text)
+    app.router.add_get("/v1/tokenizer.json", tokenizer_file)
+    app.router.add_get("/v1/tokenizer_config.json", tokenizer_file)
     return app
 
 

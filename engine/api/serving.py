@@ -1,8 +1,9 @@
 """The API server's life once its worker is spawned (engine/serve.py spawns it first, so the
 worker's start, torch's import above all, overlaps these imports: aiohttp and the API). It
 answers /health with 200 once the worker reports Ready; SIGINT or SIGTERM ends the open streams
-(abort) and stops both within 2 s; a worker that dies (or a link to it that fails) ends every
-open stream with an error event and the exit code 1, with one log line.
+(abort) and stops both within 2 s; a worker that dies, stalls (it is killed then) or whose link
+fails ends every open stream with an error event and the exit code 1, with one log line. Its
+connections are guarded (connections.py).
 """
 
 from __future__ import annotations
@@ -12,9 +13,10 @@ import logging
 import signal
 import socket
 import subprocess
+from collections.abc import Callable
 
-from aiohttp import web
-
+from engine.api.connections import connection_cap, listen, runner
+from engine.api.metrics import EngineMetrics
 from engine.api.server import build_app, on_ready
 from engine.api.worker_client import WorkerClient
 from engine.config import Scenario
@@ -30,23 +32,24 @@ WORKER_EXIT_S = 1.0  # the worker exits after Shutdown, else it is killed
 
 async def run_api(
     scenario: Scenario,
-    tokenizer: Tokenizer,
+    make_tokenizer: Callable[[int], Tokenizer],
     sock: socket.socket,
     ipc_path: str,
     worker: subprocess.Popen,
 ) -> int:
     """Serve the API on `sock` for `worker` (spawned, its IPC under `ipc_path`) until a stop
-    or the worker's end; the exit code."""
+    or the worker's end; the exit code. `make_tokenizer(vocab_size)`: the tokenizer, made once
+    the worker reports the model's vocabulary (engine.tokenizer.tokenizer_for)."""
     host, port = sock.getsockname()[:2]
-    client = WorkerClient(ipc_path)
+    config = scenario.engine
+    metrics = EngineMetrics(scenario.name)
+    client = WorkerClient(ipc_path, config.stall_timeout_s, on_step=metrics.step)
     client.start()
-    max_body = max(1 << 20, scenario.engine.max_model_len * 16 + (64 << 10))
-    app = build_app(client, scenario.name, max_body)
-    runner = web.AppRunner(
-        app, handler_cancellation=True, access_log=None, shutdown_timeout=HANDLERS_GRACE_S
-    )
-    await runner.setup()
-    await web.SockSite(runner, sock).start()
+    max_body = max(1 << 20, config.max_model_len * 16 + (64 << 10))
+    app = build_app(client, scenario.name, max_body, config.body_timeout_s, metrics)
+    app_runner = runner(app, config.idle_timeout_s, HANDLERS_GRACE_S)
+    await app_runner.setup()
+    listener = await listen(app_runner, sock, connection_cap(config.max_connections))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -59,6 +62,7 @@ async def run_api(
         await asyncio.wait([client.ready, *ends], return_when=asyncio.FIRST_COMPLETED)
         if not any(end.done() for end in ends):
             ready = client.ready.result()
+            tokenizer = make_tokenizer(ready.vocab_size)
             try:
                 check_vocabulary(tokenizer, ready.vocab_size)
             except TokenizerError as exc:
@@ -79,13 +83,16 @@ async def run_api(
             await asyncio.wait(ends, return_when=asyncio.FIRST_COMPLETED)
         if stopped.done():
             client.stop()  # open streams end with finish_reason "abort"
-        else:  # the worker died, or the link to it failed: every open stream ends in error
+        else:  # the worker died, stalled, or the link to it failed: every stream ends in error
             if exited.done():
                 client.fail(f"the worker exited with code {worker.returncode}")
             log.error("%s; stopping", client.lost.result())
+            if client.stalled:
+                worker.kill()  # it would not read a Shutdown
             code = 1
     finally:
-        await runner.cleanup()  # the open handlers finish their last event; the port is freed
+        listener.close()  # no new connection
+        await app_runner.cleanup()  # the open handlers finish their last event; the port is freed
         client.shutdown_worker()
         await _wait_worker(worker, exited)
         client.close()

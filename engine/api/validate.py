@@ -99,7 +99,7 @@ _SHORT = reprlib.Repr()
 _SHORT.maxlevel, _SHORT.maxstring, _SHORT.maxother, _SHORT.maxlong = 2, 60, 60, 40
 
 
-def _show(value) -> str:
+def show(value) -> str:
     """A value in an error message: cut short, whatever its size or nesting."""
     return _SHORT.repr(value)
 
@@ -117,7 +117,7 @@ def _int_field(body: dict, name: str, default, low: int, high: int, what: str):
     if value is None and default is None:
         return None
     if not _is_int(value) or not low <= value <= high:
-        raise ApiError(400, f"{name} must be {what}, got {_show(value)}", name)
+        raise ApiError(400, f"{name} must be {what}, got {show(value)}", name)
     return value
 
 
@@ -131,13 +131,13 @@ def _float_field(body: dict, name: str, default: float, ok: Callable[[float], bo
             number = math.inf
         if math.isfinite(number) and ok(number):
             return number
-    raise ApiError(400, f"{name} must be {what}, got {_show(value)}", name)
+    raise ApiError(400, f"{name} must be {what}, got {show(value)}", name)
 
 
 def _bool_field(body: dict, name: str, default: bool) -> bool:
     value = body.get(name, default)
     if not isinstance(value, bool):
-        raise ApiError(400, f"{name} must be true or false, got {_show(value)}", name)
+        raise ApiError(400, f"{name} must be true or false, got {show(value)}", name)
     return value
 
 
@@ -158,9 +158,7 @@ def token_ids(value, limits: Limits, name: str) -> list[int]:
         raise ApiError(400, f"batched {name}s are not supported: send one {name} per request", name)
     for i, token in enumerate(value):
         if not _is_int(token):
-            raise ApiError(
-                400, f"{name}[{i}] must be an integer token id, got {_show(token)}", name
-            )
+            raise ApiError(400, f"{name}[{i}] must be an integer token id, got {show(token)}", name)
         if not 0 <= token < limits.vocab_size:
             raise ApiError(
                 400, f"{name}[{i}]={token} is outside the vocabulary [0, {limits.vocab_size})", name
@@ -169,6 +167,12 @@ def token_ids(value, limits: Limits, name: str) -> list[int]:
 
 
 def text_tokens(text: str, limits: Limits, name: str) -> list[int]:
+    try:
+        text.encode("utf-8")  # JSON's \ud800 escapes decode to lone surrogates, no text
+    except UnicodeEncodeError as exc:
+        raise ApiError(
+            400, f"{name} is not valid Unicode: a lone surrogate at character {exc.start}", name
+        ) from None
     tokens = limits.tokenizer.encode(text)
     if not tokens:
         raise ApiError(400, f"{name} must not be empty", name)
@@ -177,22 +181,28 @@ def text_tokens(text: str, limits: Limits, name: str) -> list[int]:
     return tokens
 
 
+def _is_off(value, off_values: tuple) -> bool:
+    """One of the values that mean "off", of its type too: `n: true` is not `n: 1`, nor
+    `echo: 0` `echo: false` (Python's True == 1 and 0 == False say they are)."""
+    return any(value == off and type(value) is type(off) for off in off_values)
+
+
 def check_fields(body: object, off: dict, accepted: set, limits: Limits) -> dict:
     if not isinstance(body, dict):
         raise ApiError(400, "the request body must be a JSON object")
     for key, value in body.items():
         if key in off:
-            if value not in off[key]:
-                raise ApiError(400, f"{key}={_show(value)} is not supported by this server", key)
+            if not _is_off(value, off[key]):
+                raise ApiError(400, f"{key}={show(value)} is not supported by this server", key)
         elif key not in accepted:
-            raise ApiError(400, f"unknown or unsupported field {_show(key)}", key)
+            raise ApiError(400, f"unknown or unsupported field {show(key)}", key)
     model = body.get("model", limits.model)
     if not isinstance(model, str):
-        raise ApiError(400, f"model must be a string, got {_show(model)}", "model")
+        raise ApiError(400, f"model must be a string, got {show(model)}", "model")
     if model != limits.model:
         raise ApiError(
             404,
-            f"model {_show(model)} is not served here; this server serves {limits.model!r}",
+            f"model {show(model)} is not served here; this server serves {limits.model!r}",
             "model",
         )
     return body

@@ -4,6 +4,11 @@ One reader task routes everything the worker sends. It survives what one message
 (a stats caller that gave up, a frame it cannot decode); if it dies anyway, or the worker
 exits, `fail` ends every open stream with an error frame and `lost` says why, so the server
 stops instead of hanging (docs/RELIABILITY.md).
+
+A watchdog task does the same for a worker that is there but stalled: from Ready on the worker
+sends a Heartbeat at least every HEARTBEAT_S (engine/worker/heartbeat.py), so one silent for
+`stall_timeout_s` past its longest step so far is stuck (stopped, a hung device, a deadlock);
+`stalled` says so, and the server kills it rather than asking it to stop.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from engine.messages import (
     Abort,
     AddRequest,
     GetStats,
+    Heartbeat,
     Ready,
     Shutdown,
     StepFrames,
@@ -29,6 +35,7 @@ from engine.messages import (
     decode_from_worker,
     encode,
 )
+from engine.worker.heartbeat import HEARTBEAT_S
 
 log = logging.getLogger("engine.api")
 
@@ -40,7 +47,14 @@ class WorkerUnavailable(RuntimeError):
 
 
 class WorkerClient:
-    def __init__(self, ipc_dir: str):
+    def __init__(
+        self,
+        ipc_dir: str,
+        stall_timeout_s: float = 10.0,
+        on_step: Callable[[int], None] | None = None,
+    ):
+        # on_step(open streams): called per message of frames, one a worker step (metrics.py)
+        self._on_step = on_step or (lambda _open: None)
         self.ctx = zmq.asyncio.Context()
         # Sends never wait: a plain socket with no high-water mark, so submit() stays sync.
         self._sync_ctx = zmq.Context()
@@ -58,7 +72,12 @@ class WorkerClient:
         self._stats: deque[asyncio.Future[WorkerStats]] = deque()
         self._rids = itertools.count(1)
         self._reader: asyncio.Task | None = None
+        self._watchdog: asyncio.Task | None = None
         self._closing = False
+        self.stall_timeout_s = stall_timeout_s
+        self.stalled = False  # the watchdog found the worker silent: it is to be killed
+        self._heard = 0.0  # when the worker last sent anything (the loop's clock)
+        self._longest_step_s = 0.0  # the longest step it reports
 
     def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -66,10 +85,13 @@ class WorkerClient:
         self.lost = loop.create_future()
         self._reader = asyncio.create_task(self._read())
         self._reader.add_done_callback(self._reader_ended)
+        self._watchdog = asyncio.create_task(self._watch())
 
     async def _read(self) -> None:
+        loop = asyncio.get_running_loop()
         while True:
             data = await self.from_worker.recv()
+            self._heard = loop.time()
             try:
                 self._route(decode_from_worker(data))
             except Exception:  # one bad message must not silence every stream
@@ -81,13 +103,34 @@ class WorkerClient:
                 queue = self._streams.get(frame.rid)
                 if queue is not None:
                     queue.put_nowait(frame)
+            self._on_step(len(self._streams))
         elif isinstance(msg, WorkerStats):
             if self._stats:
                 future = self._stats.popleft()
                 if not future.done():
                     future.set_result(msg)
+        elif isinstance(msg, Heartbeat):
+            self._longest_step_s = msg.longest_step_s
         elif isinstance(msg, Ready) and not self.ready.done():
             self.ready.set_result(msg)
+
+    async def _watch(self) -> None:
+        """From Ready on: `fail` once the worker has been silent for `stall_timeout_s` past
+        its next heartbeat's due time and its longest step, unless what it sent is still
+        waiting to be read (a busy loop here)."""
+        loop = asyncio.get_running_loop()
+        await self.ready
+        while not self.lost.done():
+            limit = HEARTBEAT_S + self._longest_step_s + self.stall_timeout_s
+            silent = loop.time() - self._heard
+            if silent < limit or self.from_worker.get(zmq.EVENTS) & zmq.POLLIN:
+                await asyncio.sleep(max(0.05, limit - silent))
+                continue
+            self.stalled = True
+            self.fail(
+                f"the worker stalled: nothing from it for {silent:.1f} s (its longest step took"
+                f" {self._longest_step_s:.2f} s; engine.stall_timeout_s={self.stall_timeout_s:g})"
+            )
 
     def _reader_ended(self, task: asyncio.Task) -> None:
         if self._closing:
@@ -160,8 +203,9 @@ class WorkerClient:
         """Close the link; call it once the worker has exited (or been given up on): what is
         still queued for the worker is dropped, not waited on."""
         self._closing = True
-        if self._reader is not None:
-            self._reader.cancel()
+        for task in (self._reader, self._watchdog):
+            if task is not None:
+                task.cancel()
         self.to_worker.close(0)
         self.from_worker.close(0)
         self._sync_ctx.term()

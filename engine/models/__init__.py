@@ -21,6 +21,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from engine.config import ConfigError
 from engine.messages import SpeechFormat
 from engine.models import orpheus, snac
 from engine.models.llama import LlamaForCausalLM
@@ -68,8 +69,9 @@ ARCHITECTURES: dict[str, Architecture] = {
 
 
 def architecture(arch: str) -> Architecture:
+    """The registered architecture; a ConfigError (the scenario's to fix) for another name."""
     if arch not in ARCHITECTURES:
-        raise ValueError(
+        raise ConfigError(
             f"unknown architecture {arch!r}; known: {', '.join(sorted(ARCHITECTURES))}"
         )
     return ARCHITECTURES[arch]
@@ -120,7 +122,7 @@ def build_streams(
 
 def _preset(arch: str, presets: Mapping[str, Any], preset: str):
     if preset not in presets:
-        raise ValueError(f"unknown {arch} preset {preset!r}; presets: {', '.join(presets)}")
+        raise ConfigError(f"unknown {arch} preset {preset!r}; presets: {', '.join(presets)}")
     return presets[preset]
 
 
@@ -145,4 +147,4 @@ def vocab_size(spec) -> int:
     if spec.path is not None:
         raw = json.loads((Path(spec.path) / "config.json").read_text())
         return int(raw.get("text_config", raw)["vocab_size"])
-    return architecture(spec.arch).presets[spec.preset].vocab_size
+    return _preset(spec.arch, architecture(spec.arch).presets, spec.preset).vocab_size

@@ -22,6 +22,7 @@ from engine.messages import AddRequest
 from engine.runtime.postprocess import StepOutput
 from engine.worker.graphs import DecodeGraphs
 from engine.worker.piecewise import PiecewiseGraphs
+from engine.worker.planted import planted_device_delay
 from engine.worker.request import Request
 from engine.worker.scheduler import ScheduledRow, Scheduler
 from engine.worker.step_inputs import StepInputs
@@ -132,8 +133,6 @@ class Engine:
         sampled row samples only the ids its window allows. `logit_span`: the ids [first,
         end) every window lies in (NodeSubmodule.sampling_span); with `engine.masked_head`
         the model's steps compute logits of those ids alone."""
-        if config.max_tokens_per_step < config.max_rows:
-            raise ConfigError("engine.max_tokens_per_step must be >= engine.max_rows")
         if config.kv_pages * config.page_size < config.max_model_len:
             raise ConfigError("engine.kv_pages * page_size must hold one max_model_len request")
         self.model = model
@@ -246,7 +245,10 @@ class Engine:
         (`launch_prefill`)."""
         if self.config.prefill_stream and all(r.walk == "prefill" for r in rows):
             return self.launch_prefill(rows)
-        return self._launch(rows, feed, self.lane)
+        pending = self._launch(rows, feed, self.lane)
+        if self.config.planted_gpu_delay_us:
+            planted_device_delay(self.device, self.config.planted_gpu_delay_us)
+        return pending
 
     def mark(self) -> torch.cuda.Event | None:
         """An event after what is queued on the current stream now, for `launch_prefill`'s

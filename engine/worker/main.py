@@ -17,6 +17,7 @@ import logging
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable
 
 import msgspec
@@ -30,6 +31,7 @@ from engine.messages import Ready, Shutdown, decode_to_worker, encode
 from engine.models import architecture, build_model, build_node, build_streams
 from engine.runtime.graph import NodeSubmodule
 from engine.worker.engine import Engine
+from engine.worker.heartbeat import Pulse
 from engine.worker.stream_stage import StreamStage
 from engine.worker.timing import PhaseTimer, SpanPublisher, jsonl_sink
 from engine.worker.warmup import warm_up
@@ -161,16 +163,20 @@ def run(model_spec: ModelSpec, config: EngineConfig, ipc_dir: str, server: str, 
 
 
 def _serve(worker: Worker, inbox: zmq.Socket, ended: list[str]) -> None:
-    """Messages and iterations until Shutdown, SIGTERM, or the parent's death (`ended`)."""
+    """Messages and iterations until Shutdown, SIGTERM, or the parent's death (`ended`);
+    heartbeats to the API server throughout (heartbeat.py)."""
     poller = zmq.Poller()
     poller.register(inbox, zmq.POLLIN)
     parent = os.getppid()
+    pulse = Pulse(worker.send)
     while not ended:
         if not worker.has_work() and not poller.poll(timeout=200):
             if os.getppid() != parent:
                 ended.append("orphaned")
                 return
+            pulse.idle()
             continue
+        started = time.monotonic()
         while True:
             try:
                 data = inbox.recv(zmq.NOBLOCK)
@@ -181,6 +187,7 @@ def _serve(worker: Worker, inbox: zmq.Socket, ended: list[str]) -> None:
                 return
             worker.handle(msg)
         worker.iteration()
+        pulse.stepped(started)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,7 +14,6 @@ each site costs one boolean check.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 
 import numpy as np
@@ -45,6 +44,7 @@ from engine.spans import (
 )
 from engine.worker.engine import Engine, PendingStep
 from engine.worker.node_postprocess import postprocess_step, stop_rows
+from engine.worker.planted import spin
 from engine.worker.stream_stage import StreamStage
 from engine.worker.timing import PhaseTimer, now_ns
 
@@ -288,10 +288,3 @@ class Worker:
 
     def prompt_tokens(self, rid: int) -> int:
         return len(self.engine.requests[rid].prompt)
-
-
-def spin(seconds: float) -> None:
-    """Busy-wait: the planted slowdown must cost CPU time like real work, not sleep."""
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        pass

@@ -16,7 +16,8 @@ import pandas as pd
 
 from harness.analysis import metrics, phases
 from harness.analysis.doubts import comparison_doubts
-from harness.analysis.schema import LETTERS, SCHEMA_VERSION, empty
+from harness.analysis.interference import interference_doubt
+from harness.analysis.schema import LETTERS, SCHEMA_VERSION, SERVER_KEY, empty
 from harness.analysis.stats import (
     BETWEEN_RUNS,
     IN_BLOCKS,
@@ -25,13 +26,17 @@ from harness.analysis.stats import (
     Rule,
     paired_change,
     run_change,
+    valid,
+    worse_by,
 )
 
 HEADLINE = "output_tok_per_s"
 # The statistics a Comparison was made with: 2 since issue 11 (the block + arm model, the
 # equivalence margin, the headline alone deciding); 3 since one block gives no verdict
-# (stats.MIN_BLOCKS). A summary.json without the field is 1.
-STATISTICS = 3
+# (stats.MIN_BLOCKS); 4 since significance comes first (an interval that excludes 0 is a
+# verdict however small; the exit code trips at Rule.fail_at), and a server whose headline is
+# not finite and positive is a failed server. A summary.json without the field is 1.
+STATISTICS = 4
 
 
 @dataclass
@@ -92,19 +97,64 @@ class Comparison:
     family: int = 0  # the other figures and phases, judged together (Bonferroni)
     unit: str = IN_BLOCKS  # IN_BLOCKS or BETWEEN_RUNS
     statistics: int = 1  # STATISTICS for every comparison compare() makes
+    # Servers (or recorded runs) whose headline is not a finite positive value: failed, and
+    # left out of every figure; `failed_servers` says so with its doubt.
+    failed_servers: list[str] = field(default_factory=list)
+    # What ran beside the servers differed between them beyond interference.Bounds: the
+    # verdict is withheld (exit 5), unless the run was told to allow it.
+    interference: str | None = None
+    interference_allowed: bool = False
 
     @property
     def family_rule(self) -> Rule:
         return self.rule.family(self.family)
 
     @property
+    def headline_row(self) -> FigureRow | None:
+        return next((f for f in self.figures if f.figure == self.headline), None)
+
+    @property
+    def slower_by(self) -> float | None:
+        """How much slower B's headline is (its point estimate, 0.03: 3%) where its verdict
+        is "slower"; None otherwise."""
+        row = self.headline_row
+        if row is None or row.change.verdict != SLOWER:
+            return None
+        return worse_by(row.change, row.higher_is_better)
+
+    @property
     def regression(self) -> bool:
-        """B's headline figure is worse than A's, with confidence."""
-        return any(f.figure == self.headline and f.change.verdict == SLOWER for f in self.figures)
+        """B's headline figure is slower, with confidence, by at least `rule.fail_at`: the
+        exit code's 1. A smaller significant slowdown is a verdict, not a failure; a verdict
+        withheld for interference is neither."""
+        slower = self.slower_by
+        enough = slower is not None and slower >= self.rule.fail_at - 1e-12
+        return enough and not self.withheld
+
+    @property
+    def withheld(self) -> bool:
+        """The verdict is withheld: the servers saw different loads from outside the run."""
+        return self.interference is not None and not self.interference_allowed
+
+    @property
+    def empty_arms(self) -> list[str]:
+        """The letters with no server whose headline can be compared: no result."""
+        values = {letter: [] for letter in LETTERS}
+        row = self.headline_row
+        if row is not None:
+            values = {"A": row.servers_a, "B": row.servers_b}
+        return [x for x in LETTERS if not any(_is_value(v) for v in values[x])]
+
+    @property
+    def failed(self) -> bool:
+        """A server failed, or an arm has none left: the run's exit code is never 0."""
+        return bool(self.failed_servers or self.empty_arms)
 
     def to_json(self) -> dict:
         """Plain types only; NaN becomes None (summary.json is strict JSON)."""
-        return _plain(asdict(self) | {"regression": self.regression})
+        derived = {"regression": self.regression, "empty_arms": self.empty_arms}
+        derived |= {"withheld": self.withheld}
+        return _plain(asdict(self) | derived | {"slower_by": self.slower_by})
 
     @classmethod
     def from_json(cls, data: Mapping) -> Comparison:
@@ -124,6 +174,7 @@ def compare(
     rule: Rule = Rule(),
     waits: tuple[str, ...] = phases.POSTPROCESS_WAITS,
     unit: str = IN_BLOCKS,
+    allow_interference: bool = False,
 ) -> Comparison:
     """Compare arm B against arm A, the rows told apart by their letter (so an A/A run of one
     arm works). `labels` maps "A"/"B" to the manifest's arm labels; `external` names the
@@ -138,6 +189,12 @@ def compare(
     shows a verdict on any of them at most 1 - level of the time (docs/STATISTICS.md)."""
     if spans is None or spans.empty:
         spans = empty("spans")
+    servers_frame = servers
+    every_server = metrics.server_summary(requests, servers, audio)
+    failed = _failed(every_server, headline)
+    if failed:  # their other figures would describe the fault, not the arm
+        requests, spans = (_without(frame, failed) for frame in (requests, spans))
+        servers = _without(servers, failed)
     per_server = metrics.server_summary(requests, servers, audio)
     per_arm = metrics.arm_summary(requests, servers, audio).set_index("letter")
     phase_values = phases.phase_table(spans, phases.BY_SERVER, waits)
@@ -160,16 +217,73 @@ def compare(
         blocks=next((f.change.blocks for f in figures if f.figure == headline), 0),
         rule=rule,
         figures=figures,
-        servers=_server_rows(per_server, servers),
+        servers=_server_rows(every_server, servers_frame),
         phases=_phase_rows(spans, phase_values, waits, judge, rule_for),
         postprocess_waits=list(waits),
         messages=_message_rows(spans),
         family=family,
         unit=unit,
         statistics=STATISTICS,
+        failed_servers=[name for name, _ in failed],
     )
     result.doubts = comparison_doubts(result, requests, per_server, servers, spans, external)
+    said = _errored(servers_frame)  # already doubted with their error (doubts.py)
+    result.doubts += _failed_doubts([f for f in failed if f[1] not in said], headline, listed)
+    if unit == IN_BLOCKS:  # between recorded runs the run is the unit, its day's load its own
+        result.interference = interference_doubt(servers[servers["letter"].isin(LETTERS)])
+    result.interference_allowed = allow_interference
+    if result.interference is not None:
+        allowed = " (allowed by --allow-interference: the verdict stands)"
+        result.doubts.append(result.interference + (allowed if allow_interference else ""))
     return result
+
+
+def _errored(servers: pd.DataFrame) -> set[tuple]:
+    """The servers whose record holds an error (a failed slot, named by the run)."""
+    if servers.empty or "error" not in servers.columns:
+        return set()
+    errors = servers["error"]
+    has = errors.notna() & (errors.astype(str) != "")
+    return set(servers.loc[has, SERVER_KEY].itertuples(index=False, name=None))
+
+
+def _is_value(value) -> bool:
+    return value is not None and bool(valid(pd.Series([value], dtype=float)).iloc[0])
+
+
+def _failed(per_server: pd.DataFrame, headline: str) -> list[tuple[str, tuple]]:
+    """The A/B servers whose headline is not a finite positive value (0 tok/s, a negative or
+    NaN or inf figure): (name, server key) in schedule order."""
+    if per_server.empty or headline not in per_server.columns:
+        return []
+    rows = per_server[per_server["letter"].isin(LETTERS)]
+    bad = rows[~valid(rows[headline])]
+    return [(_name(key), key) for key in bad[SERVER_KEY].itertuples(index=False, name=None)]
+
+
+def _without(frame: pd.DataFrame, failed: list[tuple[str, tuple]]) -> pd.DataFrame:
+    if frame.empty or not set(SERVER_KEY) <= set(frame.columns):
+        return frame
+    keys = pd.MultiIndex.from_frame(frame[SERVER_KEY])
+    return frame[~keys.isin([key for _, key in failed])]
+
+
+def _name(key: tuple) -> str:
+    letter, block, slot = key
+    return f"{letter}{slot}"
+
+
+def _failed_doubts(failed, headline: str, listed) -> list[str]:
+    """One doubt naming the servers whose headline failed."""
+    if not failed:
+        return []
+    label = next((f.label for f in listed if f.name == headline), headline)
+    names = ", ".join(name for name, _ in failed)
+    return [
+        f"servers {names}: {label} is not a finite positive value (0 tokens measured, or a"
+        " broken record): counted as failed and left out of every figure; see their logs"
+        " and errors"
+    ]
 
 
 def _values(frame: pd.DataFrame, column: str) -> pd.DataFrame:

@@ -71,7 +71,11 @@ def comparison_doubts(
     if noisy:
         needed = max(c.blocks_needed or 0 for _, c in noisy)
         more = f"about {needed} blocks in all" if needed else "more blocks"
-        doubts.append(f"too noisy to decide: {', '.join(n for n, _ in noisy)}; rerun with {more}")
+        doubts.append(
+            f"too noisy to decide: {', '.join(n for n, _ in noisy)}{_spread_words(result)};"
+            f" rerun with {more} (--blocks auto adds them until decided)"
+            + (_OUT_OF_REACH if needed and needed > FAR_BLOCKS else "")
+        )
     for letter in LETTERS:
         if not (spans["letter"] == letter).any():
             doubts.append(
@@ -83,6 +87,34 @@ def comparison_doubts(
     if any(min(p.a_ms or 0, p.b_ms or 0) < 0 for p in work):
         doubts.append("postprocess work < 0: a subtracted wait is not inside postprocess_batch")
     return doubts
+
+
+# More blocks than this to decide is no advice to follow: the noise must be found first.
+FAR_BLOCKS = 12
+_OUT_OF_REACH = (
+    "; that many is out of reach: find the noise first (other jobs on this machine, the"
+    " servers' outside CPU in servers.parquet, a CPU run's shared cores: docs/STATISTICS.md,"
+    ' "Noise")'
+)
+
+
+def _spread_words(result: Comparison) -> str:
+    """The headline's server-to-server spread within each arm (max/min - 1), the noise a
+    reader can check against the margin."""
+    row = result.headline_row
+    if row is None:
+        return ""
+    spreads = []
+    for letter, values in (("A", row.servers_a), ("B", row.servers_b)):
+        good = [v for v in values if v is not None and math.isfinite(v) and v > 0]
+        if len(good) >= 2:
+            spreads.append(f"{letter} {max(good) / min(good) - 1:.1%}")
+    if not spreads:
+        return ""
+    return (
+        f" (the headline's servers spread {', '.join(spreads)} max/min within an arm,"
+        f" against a {result.rule.margin:.0%} margin)"
+    )
 
 
 def start_stall_doubts(requests: pd.DataFrame, servers: pd.DataFrame) -> list[str]:

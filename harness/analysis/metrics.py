@@ -298,7 +298,18 @@ def server_summary(
             row["audio_s_per_s_run"] = run_audio_s_per_s(reqs)
         steady = samples_of(reqs, window) if window else dict.fromkeys(names, NO_SAMPLES)
         rows.append(row | latency_ms(steady))
+    if not rows:  # no server: the columns still, so that callers can select and group
+        return pd.DataFrame(columns=_server_columns(audio))
     return pd.DataFrame(rows)
+
+
+def _server_columns(audio: bool) -> list[str]:
+    _, names = _latencies(audio)
+    columns = ["letter", "block", "slot", "healthy", "requests", "failed", "output_tokens"]
+    columns += ["timed_tokens", "output_tok_per_s", "output_tok_per_s_run"]
+    if audio:
+        columns += ["audio_s", "audio_s_per_s", "audio_s_per_s_run"]
+    return columns + list(latency_ms(dict.fromkeys(names, NO_SAMPLES)))
 
 
 def _latencies(audio: bool):
@@ -339,4 +350,7 @@ def arm_summary(requests: pd.DataFrame, servers: pd.DataFrame, audio: bool = Fal
             | group[rates].mean().to_dict()
             | latency_ms(samples)
         )
+    if not rows:  # no server: the columns still
+        columns = ["letter", "servers", *counts, *rates]
+        return pd.DataFrame(columns=columns + list(latency_ms(dict.fromkeys(names, NO_SAMPLES))))
     return pd.DataFrame(rows)

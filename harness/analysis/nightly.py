@@ -1,23 +1,34 @@
-"""What `bench nightly` found: asv's step detection over each benchmark's series in main's
-first-parent order (docs/NIGHTLY.md). Every tracked figure is a cost, so an upward step is a
-regression. Pure: series in, regressions out (harness/measure/nightly.py records them).
+"""What `bench nightly` found: the step test (steps.py) over each benchmark's per-server samples
+in main's first-parent order (docs/NIGHTLY.md). Every tracked figure is a cost, so an upward
+step is a regression. Pure: samples in, regressions out (harness/measure/nightly.py records
+them).
+
+A regression is reported once: on the night its test became possible (a commit of its test's
+window was measured by this night's run). Later nights list it as known and do not fail on it;
+nothing is stored for that, since a candidate's test is fixed by the commits it was tested on.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
-THRESHOLD = 0.05  # relative step asv reports when asv.conf.json sets none for a benchmark
+from harness.analysis.stats import FAIL_AT
+from harness.analysis.steps import StepRule, find_steps
+
+THRESHOLD = FAIL_AT  # smallest relative step flagged where asv.conf.json sets none
 
 
 @dataclass(frozen=True)
 class Regression:
     benchmark: str
-    before: str  # the last commit at the old level
-    after: str  # the first commit at the new level (before's child: a one-commit step)
-    old: float  # the level before the step
-    new: float  # the best value after it
+    before: str  # the last commit at the old level (the best-supported step)
+    after: str  # the first commit at the new level
+    old: float  # the level before the step and after it (geometric means of commit medians)
+    new: float
+    since: str  # the step's first commit lies in since..until (git's range: after since)
+    until: str
+    known: bool = False  # reported by an earlier night: every commit of its test measured before
 
     @property
     def ratio(self) -> float:
@@ -30,7 +41,7 @@ class NightlyResult:
     branch: str
     measured: list[str]  # commits recorded by this run, oldest first
     failed: list[str]  # of those, commits where asv reported a failed benchmark
-    regressions: list[Regression]
+    regressions: list[Regression]  # every step found in the history, known ones included
     html: str | None = None
     commits: list[str] = field(default_factory=list)  # the branch, oldest first
 
@@ -38,9 +49,15 @@ class NightlyResult:
     def tip_failed(self) -> bool:
         return bool(self.commits) and self.commits[-1] in self.failed
 
+    @property
+    def new_regressions(self) -> list[Regression]:
+        """The regressions this night reports (and fails on) for the first time."""
+        return [r for r in self.regressions if not r.known]
+
     def to_json(self) -> dict:
         regressions = [asdict(r) | {"ratio": r.ratio} for r in self.regressions]
-        return asdict(self) | {"regressions": regressions, "tip_failed": self.tip_failed}
+        extra = {"regressions": regressions, "tip_failed": self.tip_failed}
+        return asdict(self) | extra | {"new_regressions": len(self.new_regressions)}
 
 
 def to_measure(commits: list[str], measured: set[str], since: list[str] | None) -> list[str]:
@@ -58,16 +75,23 @@ def threshold_for(name: str, thresholds: dict[str, float]) -> float:
 
 
 def find_regressions(
-    values: dict[str, list[float | None]], commits: list[str], thresholds: dict[str, float]
+    samples: dict[str, list[list[float] | None]],
+    commits: list[str],
+    thresholds: dict[str, float],
+    tonight: set[str] | None = None,
+    rule: StepRule = StepRule(),
 ) -> list[Regression]:
-    """Upward steps (every figure is a cost) that asv's step detection keeps."""
-    from asv.step_detect import detect_regressions, detect_steps
-
+    """Upward steps in each benchmark's per-commit samples (aligned with `commits`), at least
+    its threshold in size. `tonight`: the commits this night measured (None: all of them), which
+    decide whether a step is new or known."""
     found = []
-    for name, ys in values.items():
-        if sum(y is not None for y in ys) < 2:
-            continue
-        _, _, jumps = detect_regressions(detect_steps(ys), threshold_for(name, thresholds))
-        for before, after, old, new in jumps or []:
-            found.append(Regression(name, commits[before], commits[after], old, new))
+    for name, series in samples.items():
+        threshold = replace(rule, min_step=threshold_for(name, thresholds))
+        for step in find_steps(series, threshold):
+            tested = {commits[i] for i in step.tested}
+            known = tonight is not None and not tested & tonight
+            since = commits[max(step.start - 1, 0)]
+            before = commits[max(step.first - 1, 0)]
+            args = (before, commits[step.first], step.old, step.new, since, commits[step.end])
+            found.append(Regression(name, *args, known))
     return found

@@ -3,10 +3,11 @@ A/A run and runs with a planted slowdown, as one `PowerReport`.
 
 Each configuration's run is an ordinary run directory, summarised once like `bench run`'s;
 `analyse` takes their tables and comparisons. A verdict rests on the block + arm model of
-the per-server log values (stats.py); the server noise it leaves (its residuals, from the
-A/A run and from every planted run) is resampled into synthetic runs of n blocks
-(power_stats.py), which give the false-positive rate, the detection rate and coverage of a
-planted +10%, and the smallest slowdown called "slower" in `POWER` of them. The A/A run's own
+the per-server log values (stats.py); the real blocks (the A/A run's, and every planted
+run's with its effect taken out) are the pool that synthetic runs of n blocks are drawn
+from, whole (power_stats.py). They give the false-positive rate, the detection rate and
+coverage of a planted +10%, and the smallest slowdown called "slower" in `POWER` of them,
+each with its interval over the pool and the draws. The A/A run's own
 blocks give the false alarms of real runs and the effect of a server's position in its block.
 The report is stamped with the setup it was measured on (`stamp`), and a report that quotes
 it checks that setup against its own run (`mismatch`).
@@ -25,21 +26,23 @@ from engine import spans as names
 from harness.analysis import metrics, phases
 from harness.analysis.compare import Comparison
 from harness.analysis.power_stats import (
+    BLOCK_SIZE,
+    BOOTSTRAPS,
+    FEW_BLOCKS,
     MIN_POOL,
     PLANTED,
     Experiments,
+    Rate,
+    aa_blocks,
     cv,
-    experiments,
-    run_residuals,
+    null_blocks,
 )
 from harness.analysis.stats import (
     FASTER,
     MIN_BLOCKS,
     SLOWER,
-    Design,
     Rule,
     paired_change,
-    schedule,
     t_quantile,
 )
 
@@ -47,9 +50,9 @@ from harness.analysis.stats import (
 FIGURES = {"output_tok_per_s": True, phases.POSTPROCESS_WORK: False}
 ITERATION = names.ITERATION
 BLOCK_COUNTS = (2, 3, 5, 10, 20)  # from MIN_BLOCKS: one block gives no verdict to count
-DRAWS = 2000
-BLOCK_SIZE = 4  # bench power runs A B B A / B A A B blocks
+DRAWS = 2000  # synthetic runs of the pool itself behind each rate (its intervals: BOOTSTRAPS)
 MACHINE_KEYS = ("host", "cpu", "cpus", "gpu")  # what makes two machines the same for noise
+WIDE = 0.2  # a detection rate's interval wider than this is a doubt
 
 
 @dataclass
@@ -57,12 +60,14 @@ class FigurePower:
     figure: str
     higher_is_better: bool
     cv: float | None  # spread of the per-server values across the A/A run's servers
-    noise_sd: float | None  # a server's residual noise (log units), every configuration pooled
+    noise_sd: float | None  # a server's noise within its block (log units), the pool's
     aa_verdict: str  # the verdict of the real A/A run
-    false_positive_rate: dict[int, float | None]  # blocks -> share called faster or slower
-    min_detectable_slowdown: dict[int, float | None]  # blocks -> +x time per unit of work
-    detection: dict[int, float | None]  # blocks -> share of a planted +10% called slower
-    coverage: dict[int, float | None]  # blocks -> share of intervals holding that +10%
+    # blocks -> the rate and its interval (None without a pool)
+    false_positive_rate: dict[int, Rate | None]  # share called faster or slower
+    min_detectable_slowdown: dict[int, Rate | None]  # +x time per unit of work
+    detection: dict[int, Rate | None]  # share of a planted +10% called slower
+    coverage: dict[int, Rate | None]  # share of intervals holding that +10%
+    pool: int = 0  # whole blocks the rates rest on
 
 
 @dataclass
@@ -109,7 +114,7 @@ class PowerReport:
     figures: list[FigurePower]
     levels: list[LevelResult]
     run_dir: str
-    pool_size: int = 0  # residuals the rates rest on (the smallest over the figures)
+    pool_size: int = 0  # whole blocks the rates rest on (the smallest over the figures)
     real_aa: RealAA | None = None
     doubts: list[str] = field(default_factory=list)
     created: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%S%z"))
@@ -138,9 +143,11 @@ class PowerReport:
             "size": self.size,
             "machine": self.machine,
             "blocks": self.blocks,
-            "false_positive_rate": {f.figure: f.false_positive_rate.get(n) for f in self.figures},
+            "false_positive_rate": {
+                f.figure: _plain(f.false_positive_rate, n) for f in self.figures
+            },
             "min_detectable_slowdown": {
-                f.figure: f.min_detectable_slowdown.get(n) for f in self.figures
+                f.figure: _plain(f.min_detectable_slowdown, n) for f in self.figures
             },
             "noise": {f.figure: f.cv for f in self.figures},
             "levels": [asdict(level) for level in self.levels],
@@ -208,6 +215,7 @@ def analyse(
     blocks: int,
     seed: int = 0,
     draws: int = DRAWS,
+    boots: int = BOOTSTRAPS,
 ) -> PowerReport:
     """The report: verdicts from the runs' comparisons, rates by resampling. `facts` are the
     report's scenario, size, machine, concurrency, requests and run_dir."""
@@ -229,14 +237,15 @@ def analyse(
     figures, pool_sizes = [], []
     for figure, higher in FIGURES.items():
         pool = np.concatenate(
-            [run_residuals(_figure(v, figure)) for v in [aa_values, *planted_values]]
+            [aa_blocks(_figure(aa_values, figure))]
+            + [null_blocks(_figure(v, figure)) for v in planted_values]
         )
         pool_sizes.append(len(pool))
-        rates = _rates(pool, counts, higher, draws, rng)
+        rates = _rates(pool, counts, higher, draws, boots, rng)
         values = aa_values.loc[aa_values["figure"] == figure, "value"]
-        sd = float(np.sqrt(np.mean(pool**2))) if len(pool) else None
         verdict = aa_verdicts.get(figure, "-")
-        figures.append(FigurePower(figure, higher, cv(values), sd, verdict, *rates))
+        sd = within_sd(pool)
+        figures.append(FigurePower(figure, higher, cv(values), sd, verdict, *rates, len(pool)))
     report = PowerReport(
         **facts,
         blocks=blocks,
@@ -251,22 +260,34 @@ def analyse(
     return report
 
 
-def _rates(pool: np.ndarray, counts: list[int], higher: bool, draws: int, rng) -> tuple:
+def _rates(pool: np.ndarray, counts: list[int], higher: bool, draws: int, boots: int, rng):
     """Per block count: false positives, smallest slowdown detected, and the detection rate
-    and coverage of a planted +10% (None without a pool or without degrees of freedom)."""
+    and coverage of a planted +10%, each a Rate (None with fewer than MIN_POOL blocks)."""
     out: tuple[dict, ...] = ({}, {}, {}, {})
     for n in counts:
-        design = Design.of(schedule(n, abba=True), BLOCK_SIZE)
-        if not len(pool):
+        if len(pool) < MIN_POOL:
             for table in out:
                 table[n] = None
             continue
-        runs = Experiments(experiments(pool, design, draws, rng), design, higher)
+        runs = Experiments.of(pool, n, higher, draws, rng, boots=boots)
         out[0][n] = runs.false_positive_rate()
         out[1][n] = runs.min_detectable_slowdown()
         out[2][n] = runs.detection_rate(PLANTED)
         out[3][n] = runs.coverage(PLANTED)
     return out
+
+
+def within_sd(pool: np.ndarray) -> float | None:
+    """A server's noise about its block's mean (log units): the pool's pooled sd."""
+    if not len(pool):
+        return None
+    deviations = pool - pool.mean(axis=1, keepdims=True)
+    return float(np.sqrt((deviations**2).sum() / (pool.size - len(pool))))
+
+
+def _plain(rates: dict[int, Rate | None], n: int) -> float | None:
+    rate = rates.get(n)
+    return rate.value if rate else None
 
 
 def _figure(values: pd.DataFrame, figure: str) -> pd.DataFrame:
@@ -322,10 +343,28 @@ def doubts(report: PowerReport) -> list[str]:
     out = []
     if report.pool_size < MIN_POOL:
         out.append(
-            f"{report.pool_size} residuals per figure: the rates assume normal noise of their"
-            " spread and are rough; rerun with --blocks 3 or more"
+            f"{report.pool_size} whole block(s) per figure: too few to resample, no rates;"
+            " rerun with --blocks 3 or more"
         )
-    found = {f.figure: f.min_detectable_slowdown[report.quoted_blocks] for f in report.figures}
+    elif report.pool_size < FEW_BLOCKS:
+        out.append(
+            f"the rates rest on {report.pool_size} whole blocks: their intervals hold the truth"
+            f" less often than they say below {FEW_BLOCKS} (docs/POWER.md); rerun with more"
+            " --blocks, or planted --levels, whose blocks join the pool"
+        )
+    n = report.quoted_blocks
+    for f in report.figures:
+        rate = f.detection.get(n)
+        if rate and rate.low is not None and rate.high is not None and rate.high - rate.low > WIDE:
+            out.append(
+                f"{f.figure}: a +{PLANTED:.0%} slowdown is found in {rate.value:.0%} of {n}-block"
+                f" runs, but {f.pool} real blocks pin that only to {rate.low:.0%}..{rate.high:.0%};"
+                " rerun with more --blocks for a tighter figure"
+            )
+    found = {
+        f.figure: (f.min_detectable_slowdown.get(n) or Rate(None, None, None)).value
+        for f in report.figures
+    }
     for level in report.levels:
         for figure, change in level.measured.items():
             ratio, needed = level.expected.get(figure), found.get(figure)
@@ -379,11 +418,16 @@ def mismatch(power: dict, manifest: dict) -> list[str]:
 
 def rates_for(power: dict, figure: str, blocks: int) -> dict[str, float | None] | None:
     """A power result's rates for one figure at a block count: false positives, smallest
-    slowdown detected, detection and coverage of +10%; None when it has none for them."""
+    slowdown detected, detection and coverage of +10% (each its value; `<key>_low` and
+    `<key>_high` its interval where the result has one); None when it has none for them."""
     entry = next((f for f in power.get("figures") or [] if f.get("figure") == figure), None)
     keys = ("false_positive_rate", "min_detectable_slowdown", "detection", "coverage")
     if entry is None or str(blocks) not in {str(k) for k in entry.get(keys[0]) or {}}:
         return None
-    return {
-        key: {str(k): v for k, v in (entry.get(key) or {}).items()}.get(str(blocks)) for key in keys
-    }
+    out: dict[str, float | None] = {}
+    for key in keys:
+        found = {str(k): v for k, v in (entry.get(key) or {}).items()}.get(str(blocks))
+        rate = found if isinstance(found, dict) else {"value": found}  # before intervals: plain
+        out |= {key: rate.get("value"), f"{key}_low": rate.get("low")}
+        out[f"{key}_high"] = rate.get("high")
+    return out

@@ -8,7 +8,11 @@ metric; metrics.py and phases.py do, from these rows.
 Version 2 added `letter` and `server` to requests, `letter` to spans and `server` to
 servers. A version-1 directory is read by giving its rows those columns from its servers
 table (`from_version_1`). Version 3 added `audio_times_s` and `audio_bytes` to requests (a
-speech reply's PCM as it arrived); older requests get them empty (`upgrade`).
+speech reply's PCM as it arrived); older requests get them empty (`upgrade`). Version 4 added
+the servers' interference columns (what ran beside each server during its steady window:
+measure/interference.py); older servers get them missing (NaN, `upgrade`). Version 5 added
+metrics.parquet (`MetricRecord`: the server's /metrics at its steady window's edges); an older
+directory has none, read as an empty table.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from dataclasses import dataclass, field, fields
 
 import pandas as pd
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 5
 LETTERS = ("A", "B")
 SERVER_KEY = ["letter", "block", "slot"]  # one server: the unit analysis groups by
 
@@ -113,9 +117,61 @@ class ServerRecord:
     steady_start_s: float | None = None
     steady_end_s: float | None = None
     error: str | None = None
+    # What ran beside the server during its steady window (measure/interference.py); None:
+    # not measured (no window, no /proc, no nvidia-smi, a local URL arm's server not found).
+    sampled_s: float | None = None  # the seconds the samples bracketing the window span
+    machine_cpus: int | None = None
+    run_cpu_cores: float | None = None  # the run's own processes' CPU-seconds per second
+    outside_cpu_cores: float | None = None  # every other process's, on this machine
+    outside_cpu_share: float | None = None  # outside_cpu_cores / machine_cpus
+    gpu_sm_clock_min_mhz: float | None = None
+    gpu_sm_clock_mean_mhz: float | None = None
+    gpu_other_processes: int | None = None  # compute processes on the GPU not the run's
+    gpu_other_pids: str | None = None  # their pids, comma-separated ("" for none)
 
 
-TABLES = {"requests": RequestRecord, "spans": SpanRecord, "servers": ServerRecord}
+INTERFERENCE = (  # the servers' columns version 4 added
+    "sampled_s",
+    "machine_cpus",
+    "run_cpu_cores",
+    "outside_cpu_cores",
+    "outside_cpu_share",
+    "gpu_sm_clock_min_mhz",
+    "gpu_sm_clock_mean_mhz",
+    "gpu_other_processes",
+    "gpu_other_pids",
+)
+
+
+@dataclass
+class MetricRecord:
+    """One sample of the server's /metrics (Prometheus text) scraped as its steady window
+    opened and as it closed (measure/scrape.py), with its slot's columns."""
+
+    arm: str
+    letter: str
+    server: str
+    block: int
+    slot: int
+    name: str  # the sample's name, e.g. engine:generation_tokens_total, ..._bucket
+    labels: str  # its labels, `k=v` sorted and comma-separated ("" for none)
+    kind: str  # its family's type: counter, gauge, histogram, summary, ...
+    start: float | None  # at the window's start (None: a gauge the first scrape lacked)
+    end: float
+    delta: float | None  # end - start for a counter's or histogram's samples; None: a gauge
+    start_s: float  # when each scrape was taken, on the request clock (docs/RESULTS.md)
+    end_s: float
+
+
+# In the order a slot's rows are written: the servers table last, so that a slot whose server
+# row is on disk has every other row of it there too (a write that fails leaves the slot out).
+TABLES = {
+    "requests": RequestRecord,
+    "spans": SpanRecord,
+    "metrics": MetricRecord,
+    "servers": ServerRecord,
+}
+REQUIRED = ("requests", "spans", "servers")  # the tables every version has
 
 
 def columns(table: str) -> list[str]:
@@ -131,11 +187,17 @@ def upgrade(frames: dict[str, pd.DataFrame], version: int) -> dict[str, pd.DataF
     """The tables of a run directory of an older schema version as this version's."""
     if version == 1:
         frames = from_version_1(frames)
-    requests = frames["requests"]
+    requests, servers = frames["requests"], frames["servers"]
     for column in ("audio_times_s", "audio_bytes"):
         if column not in requests:
             requests = requests.assign(**{column: [[] for _ in range(len(requests))]})
-    return {**frames, "requests": requests[columns("requests")]}
+    servers = servers.assign(**{c: float("nan") for c in INTERFERENCE if c not in servers})
+    return {
+        **frames,
+        "requests": requests[columns("requests")],
+        "servers": servers[columns("servers")],
+        "metrics": frames.get("metrics", empty("metrics")),  # none before version 5
+    }
 
 
 def from_version_1(frames: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
@@ -145,7 +207,7 @@ def from_version_1(frames: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
     servers = frames["servers"]
     servers = servers.assign(server=servers["letter"] + servers["slot"].astype(str))
     ids = servers[["block", "slot", "letter", "server"]]
-    out = {"servers": servers[columns("servers")]}
+    out = {"servers": servers[[c for c in columns("servers") if c in servers]]}
     for name, keys in (("requests", ids), ("spans", ids.drop(columns="server"))):
         frame = frames[name]
         if frame.empty:

@@ -159,3 +159,49 @@ def _rates(
     said = float(np.mean(np.isin(alone, [FASTER, SLOWER])))
     counts = share[SLOWER], share[FASTER], share[NO_CHANGE], share[NOT_ENOUGH]
     return Rates(len(verdicts), *counts, covered, said)
+
+
+@dataclass(frozen=True)
+class AutoRates:
+    """How `--blocks auto` judges synthetic runs: the final verdicts' shares and the blocks
+    the runs took."""
+
+    rates: Rates
+    mean_blocks: float  # blocks a run took, on average
+    at_cap: float  # share of runs that reached the cap undecided
+
+
+def auto_rates(
+    max_blocks: int,
+    noise: Noise,
+    effect: float = 0.0,
+    *,
+    runs: int = 4000,
+    seed: int = 0,
+    higher_is_better: bool = True,
+    rule: Rule = Rule(),
+) -> AutoRates:
+    """`bench run --blocks auto --max-blocks N` on synthetic ABBA runs: each run is drawn whole
+    (N blocks), then looked at after MIN_BLOCKS blocks and after each block more, every look at
+    its look's sequential level (Rule.sequential over the N - MIN_BLOCKS + 1 looks); a run's
+    verdict is its first look's that is not "not enough data", else its last look's."""
+    from harness.analysis.stats import MIN_BLOCKS
+
+    looks = list(range(MIN_BLOCKS, max_blocks + 1))
+    letters = schedule(max_blocks, True)
+    logs = simulate(letters, 4, noise, effect, runs, np.random.default_rng(seed))
+    verdicts = np.full(runs, NOT_ENOUGH, dtype=object)
+    low, high = np.full(runs, np.nan), np.full(runs, np.nan)
+    taken = np.full(runs, max_blocks)
+    open_ = np.ones(runs, dtype=bool)
+    for look, blocks in enumerate(looks, 1):
+        n = 4 * blocks
+        design = Design.of(letters[:n], 4)
+        each = rule.sequential(len(looks), look)
+        _, lo, hi, said = judge(logs[:, :n], design, higher_is_better, each)
+        ends = open_ & ((said != NOT_ENOUGH) | (blocks == max_blocks))
+        verdicts[ends], low[ends], high[ends] = said[ends], lo[ends], hi[ends]
+        taken[ends & (said != NOT_ENOUGH)] = blocks
+        open_ &= ~ends
+    at_cap = float(np.mean(verdicts == NOT_ENOUGH))
+    return AutoRates(_rates(verdicts, low, high, effect, verdicts), float(taken.mean()), at_cap)

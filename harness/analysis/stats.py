@@ -34,17 +34,48 @@ MIN_BLOCKS = 2
 IN_BLOCKS, BETWEEN_RUNS = "servers in blocks", "runs"
 
 
+# The equivalence margin: "no change" needs the whole interval inside +-MARGIN. It is set by
+# what the harness resolves: an A/A run on the H200 (2 ABBA blocks, c=64) reads an interval
+# of about +-0.5%, a quiet CPU's a few percent; 2% is what a change must stay under to be
+# called none where the harness can tell (docs/STATISTICS.md, "Verdict").
+MARGIN = 0.02
+# The exit code trips when the headline is slower by at least FAIL_AT (its point estimate): a
+# significant slowdown smaller than that is reported, and exits 0. 1%: below what one
+# merge's noise in production usually means, above what a precise run calls significant
+# by chance of a few servers' placement (docs/STATISTICS.md, "Exit code").
+FAIL_AT = 0.01
+
+
 @dataclass(frozen=True)
 class Rule:
     """How a confidence interval becomes a verdict (docs/STATISTICS.md, "Verdict")."""
 
-    level: float = 0.95  # two-sided confidence level of the interval
-    margin: float = 0.05  # equivalence margin: "no change" needs the whole CI inside +-5%
+    level: float = 0.95  # two-sided confidence level of each interval
+    margin: float = MARGIN  # "no change": the interval covers 0 and lies inside +-margin
+    fail_at: float = FAIL_AT  # the headline slower by at least this fails the run (exit 1)
+    looks: int = 1  # the analyses a run's error rate is split over (--blocks auto)
+    look: int = 1  # which of them this is
 
     def family(self, size: int) -> Rule:
         """The rule for each of `size` figures judged together: Bonferroni, so that all of
         them hold their intervals at once with probability at least `level`."""
         return replace(self, level=1 - (1 - self.level) / max(size, 1))
+
+    def sequential(self, looks: int, look: int) -> Rule:
+        """The rule for analysis `look` (1-based) of up to `looks` of one growing run (--blocks
+        auto adds blocks until the headline is decided): the error rate 1 - level split over
+        the looks, half to the first and the other half evenly over the rest (a weighted
+        Bonferroni split, so the chance of a false verdict at any look stays at most 1 -
+        level; the first look, where a clear change is decided, keeps most of its power).
+        `level` becomes this look's; `looks` and `look` record why."""
+        alpha = 1 - self.level
+        if looks <= 1:
+            share = alpha
+        elif look <= 1:
+            share = alpha / 2
+        else:
+            share = alpha / 2 / (looks - 1)
+        return replace(self, level=1 - share, looks=max(looks, 1), look=min(look, looks))
 
 
 @dataclass(frozen=True)
@@ -164,11 +195,28 @@ def _t_central_mass(t: float, df: int) -> float:
 
 
 def usable(values: pd.DataFrame, a: str, b: str) -> pd.DataFrame:
-    """The servers that enter the model: positive values of either arm, in blocks that hold
-    both arms. `values` has columns letter, block, value: one row per server."""
-    rows = values[values["letter"].isin([a, b]) & (values["value"] > 0)]
+    """The servers that enter the model: finite positive values of either arm, in blocks that
+    hold both arms. `values` has columns letter, block, value: one row per server. (A server
+    whose headline is not finite and positive has failed: compare.py names it in a doubt and
+    leaves it out of every figure before this.)"""
+    rows = values[values["letter"].isin([a, b]) & valid(values["value"])]
     both = rows.groupby("block")["letter"].transform("nunique") == 2
     return rows[both]
+
+
+def valid(values: pd.Series) -> pd.Series:
+    """Which values a ratio can be taken of: finite and positive (NaN, inf, 0 and negative are
+    not)."""
+    numbers = pd.to_numeric(values, errors="coerce").astype(float)
+    return pd.Series(np.isfinite(numbers) & (numbers > 0), index=values.index)
+
+
+def worse_by(change: Change, higher_is_better: bool) -> float | None:
+    """How much worse B is than A by the change's point estimate, as a fraction (0.03: 3%
+    slower; negative where B is better); None without an estimate."""
+    if change.ratio is None or not math.isfinite(change.ratio):
+        return None
+    return 1 - change.ratio if higher_is_better else change.ratio - 1
 
 
 def paired_change(
@@ -195,7 +243,8 @@ def paired_change(
     if change.verdict != NOT_ENOUGH or not plan:
         return change
     spread = float(se) * math.sqrt(design.information)  # one server's residual sd
-    return replace(change, blocks_needed=_blocks_needed(spread, design, rule))
+    needed = _blocks_needed(spread, design, rule, abs(float(effect)))
+    return replace(change, blocks_needed=needed)
 
 
 def run_change(
@@ -212,7 +261,7 @@ def run_change(
     change alone, with no interval and no verdict (a run-to-run difference cannot be told
     from a change of code without replicates of the runs). `plan` is paired_change's; runs
     are not planned in blocks."""
-    rows = values[values["letter"].isin([a, b]) & (values["value"] > 0)]
+    rows = values[values["letter"].isin([a, b]) & valid(values["value"])]
     runs = np.log(rows["value"].astype(float)).groupby([rows["letter"], rows["block"]]).mean()
     logs_a = runs.get(a, pd.Series(dtype=float)).to_numpy(float)
     logs_b = runs.get(b, pd.Series(dtype=float)).to_numpy(float)
@@ -254,10 +303,11 @@ def _change(
 
 
 def decide(log_low: float, log_high: float, higher_is_better: bool, rule: Rule) -> str:
-    """The verdict from a CI for log(B/A), in this order:
-    1. the whole CI within +-log(1 + margin): "no change" (any change is smaller than the
-       margin, which says what size of change matters);
-    2. the whole CI on the better side of 0: "faster"; on the worse side: "slower";
+    """The verdict from a CI for log(B/A), significance first:
+    1. the whole CI on the better side of 0: "faster"; on the worse side: "slower", however
+       small the change (its size is shown beside it; `Rule.fail_at` says which size fails);
+    2. the CI covers 0 and lies within +-log(1 + margin): "no change" (any change is smaller
+       than the margin);
     3. otherwise (the CI covers 0 and reaches past the margin): "not enough data"."""
     return str(decide_many(np.array([log_low]), np.array([log_high]), higher_is_better, rule)[0])
 
@@ -271,7 +321,7 @@ def decide_many(
     high = np.maximum(sign * log_low, sign * log_high)
     inside = np.maximum(np.abs(low), np.abs(high)) <= math.log1p(rule.margin)
     return np.select(
-        [inside, low > 0, high < 0], [NO_CHANGE, FASTER, SLOWER], default=NOT_ENOUGH
+        [low > 0, high < 0, inside], [FASTER, SLOWER, NO_CHANGE], default=NOT_ENOUGH
     ).astype(object)
 
 
@@ -290,10 +340,15 @@ def judge(
     return effect, low, high, decide_many(low, high, higher_is_better, rule)
 
 
-def _blocks_needed(spread: float | None, design: Design, rule: Rule) -> int | None:
-    """Fewest blocks (of this run's layout, MIN_BLOCKS at least) whose interval half-width, at
-    a server's residual spread `spread`, is at most half the margin: then every outcome is
-    decisive (an interval that covers 0 lies inside the margin)."""
+def _blocks_needed(
+    spread: float | None, design: Design, rule: Rule, effect: float | None = None
+) -> int | None:
+    """Fewest blocks (of this run's layout, MIN_BLOCKS at least) that would likely decide a
+    change of size `effect` (log units; the run's own estimate) at a server's residual spread
+    `spread`: blocks whose interval half-width h is at most max(effect, margin - effect), so
+    that an interval around the estimate either excludes 0 (h < effect) or lies inside the
+    margin (effect + h <= margin). Without an effect, the worst case: h at most half the
+    margin, where every outcome is decisive."""
     if spread is None or not math.isfinite(spread) or not len(design.blocks):
         return None
     blocks = design.block_count
@@ -301,7 +356,12 @@ def _blocks_needed(spread: float | None, design: Design, rule: Rule) -> int | No
     per_block_servers = len(design.blocks) / blocks if blocks else 0.0
     if per_block_info <= 0:
         return None
-    target = math.log1p(rule.margin) / 2
+    edge = math.log1p(rule.margin)
+    target = edge / 2
+    if effect is not None and math.isfinite(effect):
+        target = max(effect, edge - effect)
+    if target <= 0:
+        return None
     z = NormalDist().inv_cdf((1 + rule.level) / 2)  # t > z: fewer blocks never suffice
     fewest = max(MIN_BLOCKS, math.floor((z * spread / target) ** 2 / per_block_info))
     for count in range(fewest, MAX_BLOCKS + 1):

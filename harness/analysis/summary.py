@@ -76,7 +76,7 @@ def _measurement(manifest: dict, frames: dict[str, pd.DataFrame]) -> Measurement
 
 def _comparison(manifest: dict, frames: dict[str, pd.DataFrame]) -> Comparison:
     """Arm B against arm A of one run directory's tables, headline from its scenario, the
-    equivalence margin from the run's manifest (the default for runs that name none)."""
+    verdict rule from the run's manifest (`rule_of`)."""
     arms = {a["letter"]: a for a in manifest["arms"]}
     unspanned = {letter for letter, arm in arms.items() if arm["kind"] == "url"}
     unspanned |= set(manifest.get("untimed") or ())
@@ -88,7 +88,21 @@ def _comparison(manifest: dict, frames: dict[str, pd.DataFrame]) -> Comparison:
         external=tuple(sorted(unspanned)),
         audio=speaks(manifest),
         headline=manifest["scenario"]["headline"],
-        rule=Rule(margin=manifest.get("margin", Rule().margin)),
+        rule=rule_of(manifest),
+        allow_interference=bool(manifest.get("allow_interference", False)),
+    )
+
+
+def rule_of(manifest: dict) -> Rule:
+    """The verdict rule a run's manifest records (runner.rule_manifest); a field an older run
+    lacks is the default's, except its margin, which was 5% before significance came first."""
+    default = Rule()
+    return Rule(
+        level=float(manifest.get("level", default.level)),
+        margin=float(manifest.get("margin", 0.05)),
+        fail_at=float(manifest.get("fail_at", default.fail_at)),
+        looks=int(manifest.get("looks", default.looks)),
+        look=int(manifest.get("look", default.look)),
     )
 
 

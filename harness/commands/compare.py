@@ -12,7 +12,7 @@ from pathlib import Path
 import typer
 
 from harness.analysis.pairing import pair_runs, run_labels
-from harness.analysis.stats import Rule
+from harness.commands import schedule as s
 from harness.errors import BenchError, ExitCode
 from harness.results import RESULTS, load_runs, report_context
 from harness.show.comparison import render
@@ -27,9 +27,11 @@ def main(
     as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON."),
     report: Path | None = typer.Option(None, help="Write report.md and plots into this directory."),
     html: bool = typer.Option(False, "--html", help="With --report, also write report.html."),
-    margin: float = typer.Option(0.05, min=0.0, help="No change: whole CI within +-this."),
+    margin: float = s.MARGIN_OPTION,
+    fail_at: float = s.FAIL_AT_OPTION,
 ) -> None:
-    """Compare recorded runs as arms A and B; exit 1 when B's headline figure is slower.
+    """Compare recorded runs as arms A and B; exit 1 when B's headline figure is slower by at
+    least --fail-at, 4 when a side has no run with a usable headline.
 
     A verdict needs two or more runs of each side; one run a side is descriptive (exit 0)."""
     try:
@@ -42,7 +44,7 @@ def main(
     paths = [[str(p) for p, _, _ in side] for side in sides]
     runs = [[(m, f) for _, m, f in side] for side in sides]
     labels = run_labels(*paths, *runs)
-    rule = Rule(margin=margin)
+    rule = s.verdict_rule(margin, fail_at, None)
     manifest, frames, result = pair_runs(*runs, labels, " ".join(sys.argv), rule)
     if as_json:
         print(json.dumps(result.to_json(), indent=2))
@@ -52,5 +54,10 @@ def main(
         context = report_context(RESULTS, manifest["scenario"].get("name", ""))
         path = write_report(gather(manifest, frames, result, *context), report, html=html)
         notes().print(f"report: {path}")
-    if result.regression:
-        raise typer.Exit(ExitCode.SLOWER)
+    if result.failed:
+        empty = result.empty_arms
+        said = f"side {' and '.join(empty)} has no run with a usable headline" if empty else ""
+        fail_line = said or f"failed runs left out: {', '.join(result.failed_servers)}"
+        notes().print(f"[yellow]{fail_line}[/]")
+        raise typer.Exit(ExitCode.SERVER_FAILED)
+    s.verdict_exit(notes(), result)

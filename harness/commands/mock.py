@@ -20,13 +20,18 @@ def main(
         1, help="Processes sharing the port (SO_REUSEPORT); /stats is per process."
     ),
     model: str = typer.Option("mock", help="Model name reported at /v1/models."),
+    max_output: int | None = typer.Option(
+        None,
+        help="The most tokens a reply streams, whatever the request asks (0: a broken server"
+        " that answers 200 with no tokens).",
+    ),
 ) -> None:
     """Serve POST /v1/completions (SSE streaming), /health, /v1/models and /stats."""
-    if ttft_ms < 0 or itl_ms < 0 or output_tokens < 0:
-        fail("--ttft-ms, --itl-ms and --output-tokens must be >= 0")
+    if ttft_ms < 0 or itl_ms < 0 or output_tokens < 0 or (max_output or 0) < 0:
+        fail("--ttft-ms, --itl-ms, --output-tokens and --max-output must be >= 0")
     if shards < 1 or (shards > 1 and port == 0):
         fail("--shards must be >= 1, and sharding needs a fixed --port")
-    config = MockConfig(ttft_ms, itl_ms, output_tokens, model)
+    config = MockConfig(ttft_ms, itl_ms, output_tokens, model, max_output)
     console = notes()
 
     def ready(server) -> None:

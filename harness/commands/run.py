@@ -11,7 +11,7 @@ from harness.analysis.stats import MIN_BLOCKS, schedule
 from harness.commands import schedule as s
 from harness.commands import workload as w
 from harness.commands.report import report_run
-from harness.errors import BenchError, ExitCode
+from harness.errors import BenchError
 from harness.measure.arms import resolve_arms
 from harness.show.comparison import render
 from harness.show.console import fail, notes
@@ -19,14 +19,27 @@ from harness.show.console import fail, notes
 HELP = """Compare two arms on fresh servers; exit 1 when B's headline figure is slower.
 
 \b
-Exit codes: 0 done, 1 B slower, 2 bad usage or an error, 3 a crash (a bug),
-4 a server failed during the run (its slot left out), 130 interrupted.
+Verdicts: "faster" or "slower" when the interval excludes 0, however small
+the change (its size beside it); "no change" when the interval covers 0 and
+lies within +-margin (--margin, default 2%); else "not enough data", with
+the blocks a decision would likely need (docs/STATISTICS.md).
+
+\b
+Exit codes: 0 done, 1 B's headline slower by at least --fail-at (default
+1%; a smaller significant slowdown is reported and exits 0), 2 bad usage or
+an error, 3 a crash (a bug), 4 a server failed (died, stalled, or measured
+no throughput) or an arm has no usable server, 5 interference: the arms saw
+different loads from outside the run (rerun on a quiet machine),
+130 interrupted.
 
 \b
 Blocks (--blocks, default 2): A B B A then B A A B with --abba, else A B
 then B A, in turn. One block shows the change and its interval but no
 verdict ("not enough data", exit 0): within one block a server's position
-cannot be told from its arm (docs/STATISTICS.md).
+cannot be told from its arm (docs/STATISTICS.md). --blocks auto runs 2
+blocks, then adds one at a time until the headline is decided or
+--max-blocks is reached; each look's interval is widened so that the
+chance of a false verdict over all looks stays at most 5%.
 
 \b
 Continue (--out DIR --continue): the same command adds --blocks more blocks
@@ -44,6 +57,7 @@ with main, B = the working tree. SPEC is one of:
 Examples:
   bench run qwen35 -c 64 --abba
   bench run qwen35 -c 64 --abba --blocks 3 --arm base=main --arm new=worktree
+  bench run qwen35 -c 64 --abba --blocks auto --max-blocks 6 --fail-at 0.02
   bench run qwen35 -c 64 --abba --blocks 1 --out results/x --continue
   bench run qwen35 -c 64 --arm off=worktree --arm on=engine.mixing=true
   bench run qwen35 --request-rate 20 --arm a=main --arm b=worktree
@@ -53,8 +67,13 @@ Examples:
 def _main(
     scenario: str = typer.Argument(..., help="Scenario name (bench scenarios lists them)."),
     abba: bool = typer.Option(False, "--abba", help="ABBA and BAAB blocks in turn (else AB, BA)."),
-    blocks: int = typer.Option(
-        MIN_BLOCKS, min=1, help="Blocks, alternating their order (--continue: to add)."
+    blocks: str = typer.Option(
+        str(MIN_BLOCKS),
+        help="Blocks, alternating their order (--continue: to add); 'auto': add blocks until"
+        " the headline is decided, up to --max-blocks.",
+    ),
+    max_blocks: int = typer.Option(
+        s.MAX_BLOCKS, min=MIN_BLOCKS, help="With --blocks auto: the most blocks in all."
     ),
     arm: list[str] = typer.Option([], "--arm", help="NAME=SPEC, twice (A then B); see above."),
     period: int = s.PERIOD,
@@ -69,7 +88,9 @@ def _main(
     ),
     stall_timeout: float = s.STALL_TIMEOUT,
     shards: int = s.SHARDS,
-    margin: float = typer.Option(0.05, min=0.0, help="No change: whole CI within +-this."),
+    margin: float = s.MARGIN_OPTION,
+    fail_at: float = s.FAIL_AT_OPTION,
+    allow_interference: bool = s.ALLOW_INTERFERENCE,
     time_budget: float | None = s.TIME_BUDGET,
     report: bool = typer.Option(False, "--report", help="Write report.md and plots too."),
     as_json: bool = s.AS_JSON,
@@ -77,6 +98,7 @@ def _main(
 ) -> None:
     console = notes()
     try:
+        count, auto = s.block_count(blocks)
         resolved = load_scenario(scenario, size)
         arms = resolve_arms(arm)
         engines = s.arm_scenarios(arms, resolved)
@@ -88,22 +110,32 @@ def _main(
         console.print(f"size [bold]{resolved.size}[/] ({resolved.size_reason})")
     if arms[0].same_code_as(arms[1]):
         console.print("arms A and B run the same code and settings: this is an A/A check")
-    first = continued.next_block if continued else 0
-    letters = schedule(first + blocks, abba)
     by_letter = {a.letter: a for a in arms}
     block_size = 4 if abba else 2
-    settings = {"stall_s": stall_timeout, "margin": margin, "time_budget_s": time_budget}
-    plan = load.plan(
-        resolved, by_letter, letters, block_size, period, shards, first_block=first, **settings
-    )
-    rundir, complete, result = s.execute(
-        plan, engines, console, out, overwrite, load.measured, continued
+    settings = {"stall_s": stall_timeout, "time_budget_s": time_budget}
+    settings["allow_interference"] = allow_interference
+
+    def run_blocks(continued, count: int, rule):
+        first = continued.next_block if continued else 0
+        letters = schedule(first + count, abba)
+        plan = load.plan(
+            resolved, by_letter, letters, block_size, period, shards, first_block=first,
+            rule=rule, **settings,
+        )  # fmt: skip
+        return s.execute(plan, engines, console, out, overwrite, load.measured, continued)
+
+    def rules(look: int):
+        return s.verdict_rule(margin, fail_at, max_blocks if auto else None, look)
+
+    if auto and continued is not None:
+        count = max(1, MIN_BLOCKS - continued.next_block)
+    rundir, complete, result = s.until_decided(
+        run_blocks, continued, count, rules, max_blocks if auto else 0, time_budget, console
     )
     if report:  # before the exit-code checks, so a regression still gets its report
         console.print(f"report: {report_run(rundir.path)}")
     s.conclude(console, rundir, complete, result, render(result), as_json)
-    if result.regression:
-        raise typer.Exit(ExitCode.SLOWER)
+    s.verdict_exit(console, result)
 
 
 _main.__doc__ = HELP

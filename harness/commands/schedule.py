@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import typer
@@ -13,6 +15,7 @@ from rich.console import Console
 
 from engine.config import Scenario, load_scenario
 from harness.analysis.compare import Comparison
+from harness.analysis.stats import FAIL_AT, MARGIN, MIN_BLOCKS, NOT_ENOUGH, Rule
 from harness.analysis.summary import Summary
 from harness.errors import BenchError, ExitCode
 from harness.measure.arms import Arm, resolve
@@ -25,7 +28,12 @@ from harness.show.progress import RunProgress
 
 # the options bench run, measure and sweep declare alike (their load's: workload.py)
 SIZE = typer.Option(None, help="Model size (default: by machine).")
-PERIOD = typer.Option(100, min=1, help="Span window in worker iterations.")
+PERIOD = typer.Option(
+    100,
+    min=1,
+    help="Span window: every this many worker iterations each span's timings are sent as one "
+    "record (docs/SPANS.md); smaller is finer in time, with more records.",
+)
 SHARDS = typer.Option(1, min=1, help="Client processes for the load.")
 OUT = typer.Option(None, help="Run directory (default results/<run-id> under this directory).")
 OVERWRITE = typer.Option(False, "--overwrite", help="Replace the run already in --out.")
@@ -40,6 +48,24 @@ TIME_BUDGET = typer.Option(
     " so far still fits; what ran is whole and summarised.",
 )
 AS_JSON = typer.Option(False, "--json", help="Print the summary as JSON.")
+MARGIN_OPTION = typer.Option(
+    MARGIN, min=0.0, help="No change: the interval covers 0 and lies within +-this (0.02: 2%)."
+)
+FAIL_AT_OPTION = typer.Option(
+    FAIL_AT,
+    min=0.0,
+    help="Exit 1 when the headline is slower by at least this (0.01: 1%); a smaller"
+    " significant slowdown is reported and exits 0.",
+)
+MAX_BLOCKS = 8  # --blocks auto's cap by default: 32 servers with --abba
+ALLOW_INTERFERENCE = typer.Option(
+    False,
+    "--allow-interference",
+    envvar="BENCH_ALLOW_INTERFERENCE",
+    help="Keep the verdict (and its exit code) when the servers saw different loads from"
+    " outside the run; the doubt is still shown. For a machine known to be shared (the"
+    " project's own test suite sets it: its pytest and fixtures run outside each run).",
+)
 URL_SCENARIO = typer.Option("qwen35", help="For a URL: the scenario whose load to send.")
 
 
@@ -60,6 +86,7 @@ def execute(
     arms = [arm_manifest(arm, engines[letter]) for letter, arm in sorted(plan.arms.items())]
     command = " ".join(redacted(sys.argv))
     try:
+        check_connections(plan)
         for note in preflight(plan, engines):  # before any server starts, or any file
             console.print(f"[yellow]note: {note}[/]")  # is written
         if continued is not None:
@@ -84,6 +111,109 @@ def execute(
             rundir.update_manifest(error=str(exc))
         fail(f"{exc} (partial results in {rundir.path})")
     return rundir, complete, summary
+
+
+def block_count(text: str) -> tuple[int, bool]:
+    """--blocks: a count of blocks (1 or more), or 'auto' (MIN_BLOCKS first, then more)."""
+    if text.strip().lower() == "auto":
+        return MIN_BLOCKS, True
+    try:
+        count = int(text)
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise BenchError(f"--blocks is a count of blocks (1 or more) or 'auto', not {text!r}")
+    return count, False
+
+
+def verdict_rule(margin: float, fail_at: float, max_blocks: int | None = None, look=1) -> Rule:
+    """The rule the comparison is judged by; with --blocks auto (`max_blocks`), look `look`'s
+    of its looks: one at MIN_BLOCKS blocks and one after each block added up to the cap."""
+    rule = Rule(margin=margin, fail_at=fail_at)
+    return rule if max_blocks is None else rule.sequential(max_blocks - MIN_BLOCKS + 1, look)
+
+
+def until_decided(
+    run_blocks: Callable[[RunDir | None, int, Rule], tuple[RunDir, bool, Summary]],
+    continued: RunDir | None,
+    count: int,
+    rules: Callable[[int], Rule],
+    max_blocks: int,
+    time_budget: float | None,
+    console: Console,
+) -> tuple[RunDir, bool, Summary]:
+    """Run `count` blocks (`run_blocks(continued, count, rules(1))`); with `max_blocks`
+    (--blocks auto) add one block at a time, judged at `rules(look)`, while the headline is
+    "not enough data", the run has fewer than `max_blocks` blocks, nothing failed, and the
+    time budget fits one more call as long as the longest so far."""
+    started = time.monotonic()
+    longest, look = 0.0, 1
+    while True:
+        call_started = time.monotonic()
+        rundir, complete, result = run_blocks(continued, count, rules(look))
+        longest = max(longest, time.monotonic() - call_started)
+        if not max_blocks or not complete or not isinstance(result, Comparison):
+            return rundir, complete, result
+        row = result.headline_row
+        undecided = row is not None and row.change.verdict == NOT_ENOUGH
+        stop = rundir.manifest.get("failed_servers") or rundir.manifest.get("budget_stop")
+        if not undecided or result.failed or stop:
+            return rundir, complete, result
+        try:
+            continued = RunDir.continued(rundir.path)
+        except BenchError as exc:
+            fail(f"{exc} (partial results in {rundir.path})")
+        held = continued.next_block
+        if held >= max_blocks:
+            console.print(f"--blocks auto: {held} blocks (--max-blocks) and still undecided")
+            return rundir, complete, result
+        if time_budget is not None and time.monotonic() - started + longest > time_budget:
+            console.print(f"--blocks auto: the time budget ends the run at {held} blocks")
+            return rundir, complete, result
+        console.print(
+            f"--blocks auto: {held} blocks, {row.label} {_change_words(row.change)}:"
+            f" not enough data; adding block {held + 1} (of at most {max_blocks})"
+        )
+        count, look = 1, look + 1
+
+
+def _change_words(change) -> str:
+    if change.ratio is None or change.low is None:
+        return "no interval"
+    return f"{change.ratio - 1:+.1%} ({change.low - 1:+.1%}..{change.high - 1:+.1%})"
+
+
+def verdict_exit(console: Console, result: Comparison) -> None:
+    """The verdict's exit code: 1 when B's headline is slower by at least the rule's
+    fail_at; a smaller significant slowdown is said, and exits 0."""
+    slower = result.slower_by
+    if result.regression:
+        raise typer.Exit(ExitCode.SLOWER)
+    if slower is not None:
+        console.print(
+            f"[yellow]B's headline is slower by {slower:.2%}, under --fail-at"
+            f" {result.rule.fail_at:.1%}: exit 0[/]"
+        )
+
+
+# Descriptors a load process keeps beside its connections (its event loop, logs, pipes).
+SPARE_FILES = 64
+
+
+def check_connections(plan: RunPlan) -> None:
+    """Refuse a load whose client processes would need more connections than they may open
+    (RLIMIT_NOFILE): such a run never gets its requests out, and measures nothing."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    most = max(plan.load(slot).concurrency for slot in range(len(plan.letters)))
+    per_process = -(-most // plan.shards)
+    if soft != resource.RLIM_INFINITY and per_process + SPARE_FILES > soft:
+        raise BenchError(
+            f"-c {most} needs {per_process} connections a client process and this machine"
+            f" allows {soft} open files (ulimit -n): give -c {(soft - SPARE_FILES) * plan.shards}"
+            " or less, or more --shards"
+        )
 
 
 def continued_run(out: Path | None, overwrite: bool) -> RunDir:
@@ -114,6 +244,21 @@ def conclude(
         of = "the comparison" if isinstance(summary, Comparison) else "the figures"
         console.print(f"[yellow]failed and left out of {of}: {', '.join(failed)}[/]")
         raise typer.Exit(ExitCode.SERVER_FAILED)  # not a verdict on the whole schedule
+    if isinstance(summary, Comparison) and summary.failed:
+        empty = summary.empty_arms
+        said = (
+            f"arm {' and '.join(empty)} has no server with a usable headline: no comparison"
+            if empty
+            else f"failed and left out of the comparison: {', '.join(summary.failed_servers)}"
+        )
+        console.print(f"[yellow]{said}[/]")
+        raise typer.Exit(ExitCode.SERVER_FAILED)
+    if isinstance(summary, Comparison) and summary.withheld:
+        console.print(
+            "[yellow]verdict withheld: interference (see the doubt); rerun on a quiet"
+            " machine, or give --allow-interference on a machine known to be shared[/]"
+        )
+        raise typer.Exit(ExitCode.INTERFERENCE)
 
 
 def redacted(argv: list[str]) -> list[str]:

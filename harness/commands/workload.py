@@ -29,11 +29,16 @@ CONCURRENCY = typer.Option(
     "--concurrency",
     "-c",
     min=1,
-    help="Requests in flight (closed loop), or their cap with --request-rate.",
+    help="Requests in flight (closed loop; no default: give -c or --request-rate), or their "
+    f"cap with --request-rate (default there: {OPEN_LOOP_CAP}).",
 )
-REQUESTS = typer.Option(None, min=1, help="Measured requests per server.")
+REQUESTS = typer.Option(
+    None, min=1, help="Measured requests per server (default: the scenario's; bench scenarios)."
+)
 DURATION = typer.Option(None, min=0.1, help="Seconds of load per server.")
-WARMUP = typer.Option(None, min=0, help="Warmup requests per server.")
+WARMUP = typer.Option(
+    None, min=0, help="Warmup requests per server (default: the scenario's; bench scenarios)."
+)
 REQUEST_RATE = typer.Option(
     None, "--request-rate", help="Open loop: mean requests/s (Poisson arrivals); inf: all at once."
 )
@@ -46,7 +51,7 @@ PROMPTS = typer.Option(
     None, "--prompts", help="JSONL prompt file (text or token ids; ShareGPT-like accepted)."
 )
 TOKENIZER = typer.Option(
-    None, help="tokenizer.json counting a prompt file's replies (default: byte-level)."
+    None, help="tokenizer.json or bytes, counting a prompt file's replies (default: words)."
 )
 SEED = typer.Option(None, help="Seed of the requests and arrivals (default: the scenario's).")
 CHAT = typer.Option(False, "--chat", help="Send /v1/chat/completions (text prompts only).")

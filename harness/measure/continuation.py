@@ -24,9 +24,11 @@ LOAD_KEYS = (
     "duration_s",
     "warmup",
     "period",
-    "margin",
     "untimed",
 )
+# The verdict rule's fields: how this call judges every block, the recorded ones too (an
+# analysis setting, not a measured one, so a continued run may change them).
+RULE_KEYS = ("margin", "fail_at", "level", "looks", "look", "allow_interference")
 ARM_KEYS = ("name", "kind", "spec", "commit", "dirty", "diff_hash", "overrides", "url", "scenario")
 MACHINE_KEYS = ("host", "cpu", "cpus", "gpu", "torch", "cuda")
 # a call's end, top level for the last call, moved into its entry of `calls` when continued
@@ -54,6 +56,7 @@ def continued_manifest(recorded: dict, planned: dict, first_block: int) -> dict:
         "block_size": planned["block_size"],
         "request_digest": planned["request_digest"],
         "time_budget_s": planned["time_budget_s"],
+        **{key: planned[key] for key in RULE_KEYS if key in planned},
         "complete": False,
         "calls": [*calls, call_entry(planned, first_block)],
     }

@@ -1,5 +1,5 @@
 """`bench nightly`: asv records main's commits not yet measured; analysis/nightly.py finds the
-steps in the recorded series (docs/NIGHTLY.md).
+steps in the recorded per-server samples (docs/NIGHTLY.md).
 
 asv runs in the existing environment (asv.conf.json: no per-commit virtualenv, no torch
 builds), so it does not check commits out itself. For each commit this module makes a
@@ -46,6 +46,7 @@ def record(commit: str, machine: str, config: Path = CONFIG) -> bool:
         "run",
         "--python=same",
         "--show-stderr",
+        "--record-samples",  # each server's value, for the step test (analysis/steps.py)
         f"--set-commit-hash={commit}",
         f"--machine={machine}",
     ]
@@ -60,22 +61,56 @@ def branch_commits(branch: str) -> list[str]:
 
 def series(results_dir: Path, machine: str, commits: list[str]) -> dict[str, list[float | None]]:
     """Each benchmark's (and each parameter combination's) values in `commits` order."""
-    from asv.results import iter_results_for_machine
-
-    position = {commit: i for i, commit in enumerate(commits)}
     out: dict[str, list[float | None]] = {}
-    for result in iter_results_for_machine(str(results_dir), machine):
+    for i, name, value, _ in _results(results_dir, machine, commits):
+        out.setdefault(name, [None] * len(commits))[i] = value
+    return out
+
+
+def samples(
+    results_dir: Path, machine: str, commits: list[str]
+) -> dict[str, list[list[float] | None]]:
+    """Each benchmark's samples per commit in `commits` order: its servers' values (asv's
+    samples, kept by `--record-samples`), or the value alone for a result recorded without."""
+    out: dict[str, list[list[float] | None]] = {}
+    for i, name, value, kept in _results(results_dir, machine, commits):
+        found = kept if kept else ([value] if value is not None else None)
+        out.setdefault(name, [None] * len(commits))[i] = found
+    return out
+
+
+def machine_results(results_dir: Path, machine: str):
+    """asv's result files of `machine`, each loaded; a file asv cannot read (truncated, bit
+    flips, a wrong shape) is a BenchError naming it, not a warning that drops its commit (a
+    step would then be judged without it) nor a traceback."""
+    from asv.results import Results, iter_results_paths
+
+    for root, filename, name in iter_results_paths(str(results_dir / machine)):
+        path = Path(root) / filename
+        try:
+            yield Results.load(str(path), machine_name=name)
+        except Exception as exc:  # asv raises UserError, KeyError, TypeError, ValueError...
+            raise BenchError(
+                f"{path} is not an asv result asv can read ({type(exc).__name__}: {exc});"
+                " remove it (its commit is measured again) and rerun"
+            ) from None
+
+
+def _results(results_dir: Path, machine: str, commits: list[str]):
+    """(commit position, benchmark name, value, samples) of every recorded result in `commits`."""
+    position = {commit: i for i, commit in enumerate(commits)}
+    for result in machine_results(results_dir, machine):
         i = position.get(result.commit_hash)
         if i is None:
             continue
         for key in result.get_all_result_keys():
             params = result.get_result_params(key)
             values = result.get_result_value(key, params)
+            kept = result.get_result_samples(key, params) or [None] * len(values)
             combos = [", ".join(c) for c in itertools.product(*params)] if params else []
             names = [f"{key}({c})" for c in combos] if combos else [key]
-            for name, value in zip(names, values, strict=True):
-                out.setdefault(name, [None] * len(commits))[i] = value
-    return out
+            for name, value, found in zip(names, values, kept, strict=True):
+                yield i, name, value, found
 
 
 def nightly(since: str | None, publish: bool, machine: str | None = None) -> NightlyResult:
@@ -92,9 +127,8 @@ def nightly(since: str | None, publish: bool, machine: str | None = None) -> Nig
     after = git("rev-list", f"{since}..{branch}", cwd=REPO).split() if since else None
     todo = to_measure(commits, measured, after)
     failed = [commit for commit in todo if not record(commit, machine)]
-    found = find_regressions(
-        series(results_dir, machine, commits), commits, conf.get("regressions_thresholds", {})
-    )
+    thresholds = conf.get("regressions_thresholds", {})
+    found = find_regressions(samples(results_dir, machine, commits), commits, thresholds, set(todo))
     html = None
     if publish and asv("publish") == 0:
         html = str(REPO / conf["html_dir"] / "index.html")
@@ -103,6 +137,4 @@ def nightly(since: str | None, publish: bool, machine: str | None = None) -> Nig
 
 def series_commits(results_dir: Path, machine: str) -> list[str]:
     """Commits with results on `machine`."""
-    from asv.results import iter_results_for_machine
-
-    return [r.commit_hash for r in iter_results_for_machine(str(results_dir), machine)]
+    return [r.commit_hash for r in machine_results(results_dir, machine)]

@@ -33,7 +33,8 @@ class PowerPlan:
     ref: str = "HEAD"  # the code both arms run (a git ref, or "worktree")
     period: int = 100
     seed: int = 0
-    draws: int = power.DRAWS  # synthetic experiments per block count
+    draws: int = power.DRAWS  # synthetic runs of the pool per rate
+    boots: int = power.BOOTSTRAPS  # resamples of the pool behind each rate's interval
 
 
 def run_configuration(
@@ -100,4 +101,4 @@ def measure(plan: PowerPlan, root: Path, show: Callable[[SlotStatus], None]) -> 
         "requests": plan.requests,
         "run_dir": str(root),
     }
-    return power.analyse(aa, planted, facts, plan.blocks, plan.seed, plan.draws)
+    return power.analyse(aa, planted, facts, plan.blocks, plan.seed, plan.draws, plan.boots)

@@ -1,6 +1,8 @@
-"""Checks before the first server starts (docs/RELIABILITY.md, faults 9 and 14): every URL arm
-answers, the load fits every arm's engine, and the load can reach a steady window at all. A run
-that fails one would spend its servers' minutes on nothing; each is one line instead.
+"""Checks before the first server starts (docs/RELIABILITY.md, faults 9, 14 and 19): the
+scenario's headline is a figure the run measures, every engine arm's model is one the engine
+builds, every URL arm answers, the load fits every arm's engine, and the load can reach a
+steady window at all. A run that fails one would spend its servers' minutes on nothing; each is
+one line instead.
 """
 
 from __future__ import annotations
@@ -10,7 +12,8 @@ from collections.abc import Mapping, Sequence
 
 import msgspec
 
-from engine.config import Scenario
+from engine.config import ConfigError, Scenario
+from harness.analysis import metrics
 from harness.errors import BenchError
 from harness.measure.request_sequence import PromptList, RequestSequence, RequestSpec
 from harness.measure.runner import RunPlan
@@ -23,6 +26,10 @@ def preflight(plan: RunPlan, engines: Mapping[str, Scenario | None]) -> list[str
     """Raise a BenchError when the run cannot give a result; else the notes on what it will
     give less of (`check_window`). `engines` holds each arm's resolved scenario by letter
     (None for a URL arm, whose server is asked instead)."""
+    check_headline(plan.scenario, plan.api)
+    for letter, arm in sorted(plan.arms.items()):
+        if arm.kind != "url":
+            check_model(engines[letter], f"arm {arm.name}")
     for letter, arm in sorted(plan.arms.items()):
         if arm.kind == "url":
             card = model_card(arm.url, plan.headers)
@@ -38,6 +45,32 @@ def preflight(plan: RunPlan, engines: Mapping[str, Scenario | None]) -> list[str
         notes = (check_window(plan.requests, c, plan.warmup) for c in sorted(closed))
         return [note for note in notes if note]  # the open loop's window is its arrivals'
     return []
+
+
+def check_headline(scenario: Scenario, api: str) -> None:
+    """The scenario's headline must be a figure of its load (metrics.figures): else every
+    server would run and the comparison would have no verdict to give."""
+    names = [figure.name for figure in metrics.figures(audio=api == "speech")]
+    if scenario.headline not in names:
+        raise BenchError(
+            f"scenario {scenario.name}: headline {scenario.headline!r} is not a figure of a"
+            f" {api} load; use one of {', '.join(names)}"
+        )
+
+
+def check_model(scenario: Scenario, where: str) -> None:
+    """The arm's model must be one the engine builds: a known model.arch and model.preset
+    (or a model.path whose config.json gives its vocabulary)."""
+    from engine.models import vocab_size  # torch: not at `bench` start-up
+
+    try:
+        vocab_size(scenario.model)
+    except ConfigError as exc:
+        raise BenchError(f"{where}: {exc}") from None
+    except (OSError, KeyError, ValueError) as exc:
+        raise BenchError(
+            f"{where}: cannot read model.path {scenario.model.path}'s config.json ({exc})"
+        ) from None
 
 
 def check_fits(requests: Sequence[RequestSpec], max_model_len: int, where: str) -> None:

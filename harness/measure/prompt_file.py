@@ -7,7 +7,8 @@
 one file drives both). A ShareGPT-like line (`conversations` or `messages`, turns with
 `from`/`value` or `role`/`content`) sends its first user turn as the prompt; without an
 output length of its own it asks for as many tokens as its first reply has, counted with the
-tokenizer given (a tokenizer.json, else the engine's byte-level one). A line with neither
+tokenizer given (a tokenizer.json, or `bytes`), else as the engine's default tokenizer does
+(a token per word, whatever the vocabulary). A line with neither
 takes `default_output`. Nothing is downloaded: the file is read from disk, once.
 """
 

@@ -35,9 +35,11 @@ from harness.errors import BenchError
 from harness.measure.arms import Arm
 from harness.measure.arrivals import ArrivalSchedule
 from harness.measure.event_loop import run_loop
+from harness.measure.interference import Sampler
 from harness.measure.lanes import Progress
 from harness.measure.loadgen import run_load
 from harness.measure.request_sequence import RequestSpec
+from harness.measure.scrape import SteadyScrape
 from harness.measure.server import ServerProcess, exit_text, served_model
 from harness.measure.spans import SpanCollector
 from harness.results import RunDir, machine
@@ -86,7 +88,8 @@ class RunPlan:
     health_timeout_s: float = 300.0
     shards: int = 1
     stall_s: float = STALL_S
-    margin: float = Rule().margin  # "no change": the whole interval within +-margin
+    rule: Rule = Rule()  # how the comparison's intervals become verdicts and the exit code
+    allow_interference: bool = False  # keep the verdict beside an interference doubt
     untimed: tuple[str, ...] = ()  # letters whose servers run without phase timing
     arrivals: ArrivalSchedule | None = None  # open loop at a rate; None: closed loop
     headers: dict[str, str] | None = None  # sent with every request (and /v1/models)
@@ -132,7 +135,8 @@ class RunPlan:
             "duration_s": self.duration_s,
             "warmup": self.warmup,
             "period": self.period,
-            "margin": self.margin,
+            **rule_manifest(self.rule),
+            "allow_interference": self.allow_interference,
             "time_budget_s": self.time_budget_s,
             "untimed": list(self.untimed),
             "machine": machine(),
@@ -258,6 +262,12 @@ class _Budget:
         )
 
 
+def rule_manifest(rule: Rule) -> dict:
+    """The manifest's record of the verdict rule (summary.rule_of reads it back)."""
+    fields = ("margin", "fail_at", "level", "looks", "look")
+    return {name: getattr(rule, name) for name in fields}
+
+
 def request_digest(requests: Sequence[RequestSpec]) -> str:
     """16 hex of the sha256 of the request sequence as sent (its seed and lengths, or a prompt
     file's prompts): a continued run must send what the recorded one sent."""
@@ -272,7 +282,7 @@ def _run_slot(plan, rundir, collector, number, letter, show, stop, tally) -> Non
     log = rundir.log_path(slot.server)
     record = ServerRecord(**asdict(slot), port=0, log=str(log), t0_unix=0.0, start_unix=time.time())
     server = fault = None
-    records, spans = [], []
+    records, spans, metrics = [], [], []
     try:
         if arm.kind == "url":
             url, model = arm.url, served_model(arm.url, plan.headers)
@@ -294,10 +304,18 @@ def _run_slot(plan, rundir, collector, number, letter, show, stop, tally) -> Non
             url, model = server.url, plan.scenario.name
         status.phase = "load"
         watch = Watch(server, plan.stall_s)
-        result = _drive(plan, plan.load(number), url, model, slot, status, show, stop, watch)
+        shape = plan.load(number)
+        scrape = SteadyScrape(
+            url, shape, plan.warmup, len(plan.requests), plan.duration_s, plan.headers
+        )
+        seen = scrape.watching(show)
+        with Sampler(local_url=url if server is None else None) as beside:
+            result = _drive(plan, shape, url, model, slot, status, seen, stop, watch)
+        metrics = scrape.rows(slot, result.t0_perf)
         records = result.records
         record.t0_unix = result.t0_unix
         record.steady_start_s, record.steady_end_s = result.steady_start_s, result.steady_end_s
+        beside.steady(result).stamp(record)
         record.requests = sum(not r.warmup for r in records)
         record.failures = sum(not r.ok for r in records if not r.warmup)
         if result.interrupted and not watch.server_failed:
@@ -321,7 +339,7 @@ def _run_slot(plan, rundir, collector, number, letter, show, stop, tally) -> Non
             wait_s = LAST_WINDOW_WAIT_S if record.healthy and fault is None else 0.0
             spans = collector.take(slot, wait_s)
         record.stop_unix = time.time()
-        rundir.append_slot(records, spans, record, failed=fault)
+        rundir.append_slot(records, spans, record, failed=fault, metrics=metrics)
 
 
 def _timing(plan: RunPlan, letter: str, collector: SpanCollector) -> dict[str, str]:
@@ -409,8 +427,14 @@ class Watch:
             ends = f"; its log ends: {said}" if said else ""
             return f"died {when} (exit code {exit_text(self.exited)}){ends}"
         measured = [r for r in records if not r.warmup]
+        if not measured:
+            sent = len(records)
+            return (
+                f"0 measured requests ({sent} warmup request{'s' if sent != 1 else ''} sent):"
+                " the load measured nothing; give more --requests or a longer --duration"
+            )
         lost = [r for r in measured if not r.ok]
-        if measured and 2 * len(lost) > len(measured):
+        if 2 * len(lost) > len(measured):
             first = _what_failed(lost[0])
             return f"{len(lost)} of {len(measured)} measured requests failed (the first: {first})"
         return None

@@ -27,7 +27,9 @@ from harness.results import RunDir, load_run
 
 SCENARIO, SIZE = "qwen35", "tiny"
 CONCURRENCY, REQUESTS, WARMUP, PERIOD = 4, 16, 2, 100
-SERVERS = 3  # fresh servers per commit: the tracked value is their median, with its spread
+# fresh servers per commit: the tracked value is their median, the step test's samples. At a
+# session's ~6% server spread 5 find a +10% step in 90% of series, 3 in 69% (docs/NIGHTLY.md)
+SERVERS = 5
 
 
 def run_session(tree: Path, commit: str | None, path: Path, servers: int = SERVERS) -> dict:

@@ -18,6 +18,7 @@ from harness.show.format import (
     number,
     phase_caption,
     verdict_text,
+    verdict_words,
 )
 
 
@@ -63,6 +64,9 @@ def render(result: Comparison) -> Group:
             name = ("  " if m.parent else "") + m.name.removeprefix(WORKER)
             messages.add_row(name, number(m.a_ms), number(m.b_ms))
         parts.append(messages)
+    headline = result.headline_row
+    label = headline.label if headline else result.headline
+    parts.append(f"[bold]headline[/] {escape(label)}: {escape(verdict_words(result))}")
     parts += [f"[yellow]doubt:[/] {escape(d)}" for d in result.doubts]
     return Group(*parts)
 

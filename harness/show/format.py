@@ -56,6 +56,31 @@ def change_text(change: Change) -> str:
     return f"{change.ratio - 1:+.1%} ({low}..{bound_text(change.high - 1)})"
 
 
+def verdict_words(c: Comparison) -> str:
+    """The headline's verdict as every output says it (terminal, report, pull-request
+    comment): `slower -3.0% (-3.8..-2.2%): fails the run (at least --fail-at 1.0%)`."""
+    row = c.headline_row
+    if row is None:
+        return "no headline figure"
+    words = verdict_text(row.change)
+    if row.change.ratio is not None:
+        words += f" {change_text(row.change)}"
+    return words + exit_words(c)
+
+
+def exit_words(c: Comparison) -> str:
+    """What the headline's verdict does to the exit code, where it does anything."""
+    if c.failed:
+        return ": no result, a server failed or an arm has none left"
+    if c.withheld:
+        return ": withheld, the servers saw different loads from outside the run (interference)"
+    if c.regression:
+        return f": fails the run (slower by at least --fail-at {c.rule.fail_at:.1%})"
+    if c.slower_by is not None:
+        return f": under --fail-at {c.rule.fail_at:.1%}, so it passes"
+    return ""
+
+
 def verdict_text(change: Change) -> str:
     weaker = " (1 block)" if change.method == ONE_BLOCK else ""
     return change.verdict + weaker
@@ -80,8 +105,19 @@ def caption(c: Comparison) -> str:
         f" worker's diagnostic; the other {c.family} figures and phases are held together at"
         f" {c.rule.level:.0%} (Bonferroni: each interval at {c.family_rule.level:.2%}), so an"
         f" A/A run shows a verdict on any of them at most {1 - c.rule.level:.0%} of the time."
-        f" 'no change': the whole interval within +-{c.rule.margin:.0%}. Latency percentiles"
-        " cover each server's steady window."
+        f" 'faster'/'slower': the interval excludes 0; 'no change': it covers 0 within"
+        f" +-{c.rule.margin:.1%}.{_looks(c)} Latency percentiles cover each server's steady"
+        " window."
+    )
+
+
+def _looks(c: Comparison) -> str:
+    if c.rule.looks <= 1:
+        return ""
+    return (
+        f" --blocks auto: look {c.rule.look} of at most {c.rule.looks}, its intervals at"
+        f" {c.rule.level:.2%} (the error rate split over the looks: half to the first, the"
+        " rest evenly)."
     )
 
 

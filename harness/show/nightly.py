@@ -1,5 +1,5 @@
-"""`bench nightly`'s result: what was measured, and the regressions asv's step detection
-found, as a rich table."""
+"""`bench nightly`'s result: what was measured, and the steps the step test found (new ones,
+which fail the night, and known ones, reported on an earlier night), as a rich table."""
 
 from __future__ import annotations
 
@@ -19,10 +19,17 @@ def render(result: NightlyResult) -> Group:
         lines.append(f"HTML: {result.html}")
     if not result.regressions:
         return Group(*lines, "[green]no regression[/]")
-    table = Table(title="regressions (asv step detection; every figure is a cost)")
-    for column in ("benchmark", "commits", "before", "after", "change"):
+    table = Table(title="steps up (per-server step test; every figure is a cost)")
+    for column in ("benchmark", "step", "within", "before", "after", "change", ""):
         table.add_column(column)
     for r in result.regressions:
-        commits = f"{r.before[:8]}..{r.after[:8]}"
-        table.add_row(r.benchmark, commits, f"{r.old:.4g}", f"{r.new:.4g}", f"{r.ratio - 1:+.1%}")
-    return Group(*lines, table)
+        step = f"{r.before[:8]}..{r.after[:8]}"
+        within = f"{r.since[:8]}..{r.until[:8]}"
+        status = "known" if r.known else "[red]new[/]"
+        change = f"{r.ratio - 1:+.1%}"
+        table.add_row(r.benchmark, step, within, f"{r.old:.4g}", f"{r.new:.4g}", change, status)
+    count = len(result.new_regressions)
+    summary = f"[red]{count} new regression(s)[/]" if count else "[green]no new regression[/]"
+    if count < len(result.regressions):
+        summary += " (known: reported on an earlier night, not failing this one)"
+    return Group(*lines, table, summary)

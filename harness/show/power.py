@@ -1,6 +1,7 @@
 """`bench power`'s report as rich tables: noise and false positives per figure, what a number
-of blocks detects, the planted slowdowns expected against measured, and the real A/A blocks'
-false alarms and position effects."""
+of blocks detects (every rate with its interval over the pool and the draws), the planted
+slowdowns expected against measured, and the real A/A blocks' false alarms and position
+effects."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from rich.table import Table
 
 from harness.analysis.phases import POSTPROCESS_WORK
 from harness.analysis.power import PositionEffect, PowerReport
-from harness.analysis.power_stats import LARGEST, PLANTED, POWER
+from harness.analysis.power_stats import LARGEST, LEVEL, PLANTED, POWER, Rate
 from harness.show.format import percent, significant
 
 LABELS = {"output_tok_per_s": "output tok/s", POSTPROCESS_WORK: "postprocess ms/iter"}
@@ -24,13 +25,14 @@ def render(report: PowerReport) -> Group:
         f" per configuration, iteration {significant(report.iteration_ms)} ms"
     )
     figures = _table(
-        title, "figure", "noise (CV)", "server sd", "A/A verdict", f"false pos. ({n} blocks)"
+        title,
+        *("figure", "noise (CV)", "server sd", "A/A verdict", f"false pos. ({n} blocks)"),
+        "pool (blocks)",
     )
     for f in report.figures:
-        fpr = f.false_positive_rate[n]
-        figures.add_row(
-            LABELS[f.figure], percent(f.cv), percent(f.noise_sd), f.aa_verdict, percent(fpr)
-        )
+        fpr = _share(f.false_positive_rate[n])
+        row = [LABELS[f.figure], percent(f.cv), percent(f.noise_sd), f.aa_verdict, fpr]
+        figures.add_row(*row, str(f.pool))
     parts: list = [figures, _by_blocks(report)]
     if report.levels:
         parts.append(_levels(report))
@@ -47,12 +49,16 @@ def _by_blocks(report: PowerReport) -> Table:
         label = LABELS[f.figure]
         columns += [f"{label}: false pos.", f"{label}: +{PLANTED:.0%} found / CI holds it"]
         columns.append(f"{label}: found in {POWER:.0%}")
-    table = _table("synthetic runs of n blocks (ABBA, BAAB, ...)", "blocks", *columns)
+    title = (
+        f"synthetic runs of n blocks (ABBA, BAAB, ...) drawn from the real blocks; in brackets"
+        f" the {LEVEL:.0%} interval over the pool and the draws"
+    )
+    table = _table(title, "blocks", *columns)
     for count in counts:
         row = []
         for f in report.figures:
-            found = f"{percent(f.detection[count])} / {percent(f.coverage[count])}"
-            row += [percent(f.false_positive_rate[count]), found]
+            found = f"{_share(f.detection[count])} / {_share(f.coverage[count])}"
+            row += [_share(f.false_positive_rate[count]), found]
             row.append(_slowdown(f.min_detectable_slowdown[count]))
         table.add_row(str(count), *row)
     return table
@@ -105,5 +111,19 @@ def _table(title: str, *columns: str) -> Table:
     return table
 
 
-def _slowdown(value: float | None) -> str:
-    return f"> +{LARGEST:.0%}" if value is None else f"+{value:.1%}"
+def _share(rate: Rate | None) -> str:
+    """A share with its interval: 82.3% (64..95%)."""
+    if rate is None or rate.value is None:
+        return "-"
+    if rate.low is None or rate.high is None:
+        return percent(rate.value)
+    return f"{rate.value:.1%} ({100 * rate.low:.0f}..{100 * rate.high:.0f}%)"
+
+
+def _slowdown(rate: Rate | None) -> str:
+    """The smallest slowdown found, with its interval: +7.9% (+5.3..+9.9%)."""
+    if rate is None or rate.value is None:
+        return f"> +{LARGEST:.0%}"
+    high = f"+{100 * rate.high:.1f}%" if rate.high is not None else f"> +{LARGEST:.0%}"
+    low = "" if rate.low is None else f"+{100 * rate.low:.1f}.."
+    return f"+{rate.value:.1%} ({low}{high})"

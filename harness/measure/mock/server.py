@@ -37,9 +37,18 @@ class MockConfig:
     itl_ms: float = 5.0
     output_tokens: int = 256
     model: str = "mock"
+    # The most tokens any reply streams, whatever the request asks; 0 makes a broken server
+    # that answers 200 with no tokens (a run against it must fail, never pass).
+    max_output: int | None = None
 
     def length(self, max_tokens: int | None, ignore_eos: bool) -> tuple[int, str]:
         """Tokens to send and the finish reason."""
+        n, finish = self._asked(max_tokens, ignore_eos)
+        if self.max_output is not None and n > self.max_output:
+            return self.max_output, "stop"
+        return n, finish
+
+    def _asked(self, max_tokens: int | None, ignore_eos: bool) -> tuple[int, str]:
         if max_tokens is None:
             return self.output_tokens, "stop"
         if ignore_eos or max_tokens <= self.output_tokens:

@@ -20,7 +20,14 @@ from harness.analysis.power import mismatch, rates_for
 from harness.analysis.power_stats import PLANTED, POWER
 from harness.analysis.schema import LETTERS
 from harness.analysis.stats import BETWEEN_RUNS, FASTER, NO_CHANGE, NO_VERDICT, ONE_BLOCK, SLOWER
-from harness.show.format import MESSAGE_NOTE, bound_text, caption, number, phase_caption
+from harness.show.format import (
+    MESSAGE_NOTE,
+    bound_text,
+    caption,
+    exit_words,
+    number,
+    phase_caption,
+)
 from harness.show.measurement import load_text
 from harness.show.report.blocks import Block, Bullets, Heading, Image, Text
 from harness.show.report.evidence import Evidence
@@ -44,6 +51,12 @@ HEADLINE_WORDS = {
 }
 
 
+AA_NOTE = (
+    "**An A/A run**: arms A and B run the same code and settings, so every change below is "
+    "this machine's noise between servers, not a change of the code (docs/GLOSSARY.md)."
+)
+
+
 def document(evidence: Evidence, drawn: Drawn, relative_to: Path) -> list[Block]:
     c = evidence.comparison
 
@@ -58,6 +71,7 @@ def document(evidence: Evidence, drawn: Drawn, relative_to: Path) -> list[Block]
     blocks: list[Block] = [
         Heading(f"Benchmark: {c.labels['B']} against {c.labels['A']}", 2),
         Text(headline(c)),
+        *([Text(AA_NOTE)] if evidence.manifest.get("aa_check") else []),
         Text("Setup: " + setup(evidence)),
         figure_table(c, a, b),
         Text(f"*{caption(c)}*"),
@@ -108,7 +122,8 @@ def headline(c: Comparison) -> str:
     else:
         one = ": no verdict from one block, where position is confounded with the arm"
         over = f"over {f.change.blocks} block(s){one if f.change.method == ONE_BLOCK else ''}"
-    return f"**{words}** on {f.label}: A {number(f.a)} → B {number(f.b)} {f.unit}{change}, {over}."
+    said = f"**{words}** on {f.label}: A {number(f.a)} → B {number(f.b)} {f.unit}{change}, {over}"
+    return said + exit_words(c) + "."
 
 
 def setup(evidence: Evidence) -> str:

@@ -91,7 +91,8 @@ def throughput(evidence: Evidence):
             label = f"{series.label(evidence, letter)} (mean)"
             ax.axhline(mean, color=COLORS[letter], ls="--", lw=1, label=label)
     ax.set_xticks(range(len(heights)), [f"{s.letter}\nb{s.block} s{s.slot}" for s in c.servers])
-    ax.set_ylabel(f"{headline.label} ({headline.unit})")
+    unit = headline.unit  # "output tok/s (steady)" names its unit already
+    ax.set_ylabel(headline.label if unit in headline.label else f"{headline.label} ({unit})")
     ax.set_ylim(0, max(heights + [1.0]) * 1.25)
     ax.set_title("Throughput per server, schedule order")
     ax.legend(loc="upper right", fontsize=9, frameon=False, ncols=2)

@@ -63,7 +63,12 @@ def latency_cdfs(evidence: Evidence):
         " Further right is slower."
     )
     if zero_gaps:
-        caption += f" {zero_gaps:,} zero gaps (tokens arriving together) are left out."
+        gaps = (
+            "1 zero gap (two tokens arriving together) is"
+            if zero_gaps == 1
+            else (f"{zero_gaps:,} zero gaps (tokens arriving together) are")
+        )
+        caption += f" {gaps} left out."
     return figure, "TTFT and ITL distributions", caption
 
 
