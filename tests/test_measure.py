@@ -359,3 +359,17 @@ def test_every_exit_code_is_in_the_one_table():
     table = text[text.index("## Exit codes") : text.index("## Harness faults")]
     documented = {int(code) for code in re.findall(r"^\| `(\d+)` \|", table, re.MULTILINE)}
     assert documented == {int(code) for code in ExitCode}
+
+
+def test_a_slot_that_measured_no_request_is_failed_not_skipped():
+    """Issue 34 (no silent pass): a load that got only its warmup requests out measured
+    nothing; its slot fails (exit 4) with what to do."""
+    from dataclasses import replace as copy_with
+
+    from harness.measure.runner import Watch
+
+    warm = [copy_with(_request(i, 0.0, 0.1, 0.2, 4), warmup=True) for i in range(3)]
+    fault = Watch(None, 10.0).fault(warm)
+    assert fault.startswith("0 measured requests (3 warmup requests sent)")
+    assert "give more --requests or a longer --duration" in fault
+    assert Watch(None, 10.0).fault([*warm, _request(3, 0.0, 0.1, 0.2, 4)]) is None

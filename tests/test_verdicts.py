@@ -147,3 +147,15 @@ def test_bad_blocks_is_one_line(tmp_path):
     result = CliRunner().invoke(app, ["run", "qwen35", "--blocks", "some", "-c", "2"])
     assert result.exit_code == 2
     assert "--blocks is a count of blocks (1 or more) or 'auto', not 'some'" in result.output
+
+
+def test_a_load_with_more_connections_than_files_is_refused_before_any_server(tmp_path):
+    """Issue 36: `-c 1000000 --duration 3` sent 0 requests in 116 s and exited 0; a load the
+    client cannot open connections for is refused first, in one line (and a slot that
+    measured nothing would fail, exit 4)."""
+    out = tmp_path / "run"
+    args = ["run", "qwen35", "-c", "1000000", "--duration", "3", "--out", str(out)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert "-c 1000000 needs 1000000 connections a client process" in result.output
+    assert "ulimit -n" in result.output and not out.exists()

@@ -197,6 +197,7 @@ def compare(
         servers = _without(servers, failed)
     per_server = metrics.server_summary(requests, servers, audio)
     per_arm = metrics.arm_summary(requests, servers, audio).set_index("letter")
+    shown = _blanked(every_server, failed)  # every server in schedule order, failed ones None
     phase_values = phases.phase_table(spans, phases.BY_SERVER, waits)
     listed = metrics.figures(audio)
     designated = {headline, phases.POSTPROCESS_WORK}
@@ -208,7 +209,9 @@ def compare(
         return rule if name in designated else rule.family(family)
 
     figures = [
-        _figure_row(fig, per_server, per_arm, judge, rule_for(fig.name), fig.name == headline)
+        _figure_row(
+            fig, per_server, shown, per_arm, judge, rule_for(fig.name), fig.name == headline
+        )
         for fig in listed
     ]
     result = Comparison(
@@ -226,7 +229,7 @@ def compare(
         statistics=STATISTICS,
         failed_servers=[name for name, _ in failed],
     )
-    result.doubts = comparison_doubts(result, requests, per_server, servers, spans, external)
+    result.doubts = comparison_doubts(result, requests, per_server, servers_frame, spans, external)
     said = _errored(servers_frame)  # already doubted with their error (doubts.py)
     result.doubts += _failed_doubts([f for f in failed if f[1] not in said], headline, listed)
     if unit == IN_BLOCKS:  # between recorded runs the run is the unit, its day's load its own
@@ -297,9 +300,10 @@ def _judge(unit: str):
 
 
 def _figure_row(
-    fig: metrics.Figure, per_server, per_arm, judge, rule: Rule, plan: bool
+    fig: metrics.Figure, per_server, shown, per_arm, judge, rule: Rule, plan: bool
 ) -> FigureRow:
     values = _values(per_server, fig.name)
+    listed = _values(shown, fig.name)
     return FigureRow(
         fig.name,
         fig.label,
@@ -308,9 +312,21 @@ def _figure_row(
         a=per_arm[fig.name].get("A"),
         b=per_arm[fig.name].get("B"),
         change=judge(values, "A", "B", fig.higher_is_better, rule, plan),
-        servers_a=values.loc[values["letter"] == "A", "value"].tolist(),
-        servers_b=values.loc[values["letter"] == "B", "value"].tolist(),
+        servers_a=listed.loc[listed["letter"] == "A", "value"].tolist(),
+        servers_b=listed.loc[listed["letter"] == "B", "value"].tolist(),
     )
+
+
+def _blanked(per_server: pd.DataFrame, failed: list[tuple[str, tuple]]) -> pd.DataFrame:
+    """The per-server table with the failed servers' figures blanked (NaN: None in JSON)."""
+    if not failed or per_server.empty:
+        return per_server
+    keys = pd.MultiIndex.from_frame(per_server[SERVER_KEY])
+    gone = keys.isin([key for _, key in failed])
+    figures = [c for c in per_server.columns if c not in (*SERVER_KEY, "healthy")]
+    out = per_server.astype({c: float for c in figures if per_server[c].dtype != object})
+    out.loc[gone, figures] = float("nan")
+    return out
 
 
 def _phase_rows(spans, per_server: pd.DataFrame, waits, judge, rule_for) -> list[PhaseRow]:
