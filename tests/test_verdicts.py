@@ -136,6 +136,9 @@ def test_blocks_auto_adds_blocks_until_decided_within_the_cap(mocks, tmp_path):
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    if change["blocks"] == 2:  # the first look (at 97.5%) decided it: ~2.5% of A/A runs
+        assert change["verdict"] in ("faster", "slower") and len(manifest["schedule"]) == 8
+        return
     assert len(manifest["schedule"]) == 12 and manifest["looks"] == 2
     assert manifest["level"] == pytest.approx(0.975)
     assert summary["rule"]["level"] == pytest.approx(0.975) and change["blocks"] == 3
