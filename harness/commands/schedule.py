@@ -24,6 +24,7 @@ from harness.measure.preflight import preflight
 from harness.measure.runner import STALL_S, RunPlan, run_schedule
 from harness.results import RunDir, new_run_id, new_run_path
 from harness.show.console import fail, output
+from harness.show.format import change_text
 from harness.show.progress import RunProgress
 
 # the options bench run, measure and sweep declare alike (their load's: workload.py)
@@ -171,16 +172,10 @@ def until_decided(
             console.print(f"--blocks auto: the time budget ends the run at {held} blocks")
             return rundir, complete, result
         console.print(
-            f"--blocks auto: {held} blocks, {row.label} {_change_words(row.change)}:"
+            f"--blocks auto: {held} blocks, {row.label} {change_text(row.change)}:"
             f" not enough data; adding block {held + 1} (of at most {max_blocks})"
         )
         count, look = 1, look + 1
-
-
-def _change_words(change) -> str:
-    if change.ratio is None or change.low is None:
-        return "no interval"
-    return f"{change.ratio - 1:+.1%} ({change.low - 1:+.1%}..{change.high - 1:+.1%})"
 
 
 def verdict_exit(console: Console, result: Comparison) -> None:
