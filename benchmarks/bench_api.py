@@ -14,7 +14,7 @@ request the client has not yet resent is in neither), say whether the API server
 `--profile FILE` writes the API server's cProfile table (where its CPU goes).
 
 On a machine where the real engine's worker iterates at ~2.5 ms with 45 of 64 requests in it
-(the H200, session 6), a ceiling near the engine's own throughput says the API server, not the
+(the H200), a ceiling near the engine's own throughput says the API server, not the
 GPU, bounds the run (docs/BENCHMARKS.md).
 """
 
@@ -116,14 +116,14 @@ def stand_in_worker(ipc: str, tick_s: float, report: str) -> None:
 def api_server(port: int, tick_ms: float, report: str, profile: str | None) -> None:
     """The API server as `engine serve` runs it (engine.serve.serve: the port, the IPC
     directory, the signals, the worker's start and stop), its worker the stand-in."""
-    from engine.config import load_scenario
+    from engine.config import load_served
     from engine.serve import serve
 
     def stand_in(ipc: str) -> list[str]:
         return [sys.executable, "-m", "benchmarks.bench_api", "--role", "worker", "--ipc", ipc,
                 "--tick-ms", str(tick_ms), "--report", report]  # fmt: skip
 
-    scenario = load_scenario("qwen35", "0.8b")
+    scenario = load_served("qwen35", "0.8b")
     prof = cProfile.Profile() if profile else None
     if prof:
         prof.enable()

@@ -34,9 +34,9 @@ import torch
 
 from benchmarks import stats
 from benchmarks.options import positive_int
+from engine.config.codec import CODEC_KERNELS, CODEC_SINES
 from engine.models import build_streams
 from engine.models.orpheus import CODEBOOK, WINDOW_TOKENS, audio_token_low
-from engine.models.snac import CODEC_KERNELS, CODEC_SINES
 from engine.worker.codec_graphs import CodecGraphs
 from engine.worker.stream_pending import WindowDecoder
 

@@ -4,7 +4,7 @@
     python -m benchmarks.bench_decode_loop --size 0.8b --pdl --loop overlapped
     python -m benchmarks.bench_decode_loop --size tiny --device cpu --requests 8
 
-Why: a served c=64 decode iteration (ITL p50 2.19-2.22 ms, session 16) is slower than its
+Why: a served c=64 decode iteration (ITL p50 2.19-2.22 ms on the H200) is slower than its
 decode graph alone (2.05-2.17 ms of back-to-back replays, `bench_gpu_step --replays`), and
 `engine.pdl` took 5.8% off the graph (2.170 -> 2.045 ms) but only 1.6% off the served ITL.
 Either the GPU idles between steps (the host's path around a step, its copies) or the
@@ -53,12 +53,13 @@ import torch
 from benchmarks import device_streams, stats
 from benchmarks.bench_gpu_step import prompt_ids
 from benchmarks.options import LOOPS, LoopSettings, add_loop_options, positive_int
-from engine.config import DENSE_KERNELS, GDN_DECODES, load_scenario, parse_overrides
+from engine.config import DENSE_KERNELS, GDN_DECODES, parse_overrides
 from engine.messages import AddRequest, StepFrames, encode
 from engine.spans import PREFILL_STEPS, ROWS_PER_STEP
 from engine.worker.main import build_worker
 from engine.worker.timing import PhaseTimer
 from engine.worker.warmup import warm_up
+from harness.scenario import load_scenario
 
 NEVER = 10**9  # a PhaseTimer period that never flushes: the spans stay to be read
 # the settings every run's line names (as the built engine holds them), whatever was given

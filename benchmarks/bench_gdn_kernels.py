@@ -50,16 +50,11 @@ import torch
 
 from benchmarks import stats
 from benchmarks.options import positive_int
-from engine.config import TRITON_LAUNCHES, load_scenario
-from engine.kernels.gdn_config import (
-    SPLIT_DEFAULT,
-    SWEEP_AXES,
-    SplitConfig,
-    combine_winners,
-    parse_split_config,
-    split_sweep,
-)  # fmt: skip
+from engine.config import TRITON_LAUNCHES, KernelsConfig
+from engine.config.gdn_split import SPLIT_DEFAULT, SplitConfig, parse_split_config
+from engine.kernels.gdn_config import SWEEP_AXES, combine_winners, split_sweep
 from engine.models.qwen35_config import LINEAR, PRESETS
+from harness.scenario import load_scenario
 
 PATHS = ("fla", "triton", "triton_split", "auto", "captured")
 SCHEMA = 1  # of the --json records
@@ -141,9 +136,13 @@ class Bench:
         from engine.kernels.cuda_ops import CudaOps
 
         gdn_prefill = {"captured": "auto", "pipelined": "triton"}.get(path, path)
-        return CudaOps(self.layer, self.device, PAGE, 1, gdn_prefill,
-                       piecewise_gdn=path == "captured", gdn_split=split,
-                       pipelined_decode=path == "pipelined")  # fmt: skip
+        kernels = KernelsConfig(
+            gdn_prefill=gdn_prefill,
+            piecewise_gdn=path == "captured",
+            gdn_split=str(split),
+            gdn_decode="pipelined" if path == "pipelined" else "grid",
+        )
+        return CudaOps(self.layer, self.device, PAGE, 1, kernels)  # fmt: skip
 
     def case(self, shape: Shape, path: str, state_dtype: str, split: SplitConfig):
         """A zero-argument call of the layer's op for `shape` on `path`, and a function that

@@ -13,7 +13,7 @@ step from schedule to the tokens on the host (what the worker loop pays), its me
 p90 (benchmarks/stats.py).
 `--profile FILE` adds a torch profiler table of a few steps (where the time goes); `--stacks`
 groups the steps' host calls by the Python lines that make them (only where torch records
-Python stacks: the GPU machine's torch 2.11 gave the table without them, session 9);
+Python stacks: the GPU machine's torch 2.11 gives the table without them);
 `--cprofile FILE` times 5 decode steps under cProfile instead: the host's time by Python
 function (own and cumulative), on any torch: where an eager step's host time goes.
 `--prefill RxL ...` then times steps that prefill R new prompts of L tokens while the batch
@@ -46,14 +46,13 @@ from engine.config import (
     GDN_DECODES,
     TRITON_LAUNCHES,
     EngineConfig,
-    Scenario,
-    load_scenario,
 )
-from engine.kernels import GDN_PREFILL
+from engine.config.kernels import GDN_PREFILLS
 from engine.messages import AddRequest
 from engine.models import architecture
 from engine.worker.engine import Engine
 from engine.worker.main import build_engine
+from harness.scenario import Scenario, load_scenario
 
 
 def _step(engine: Engine) -> int:
@@ -113,7 +112,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(  # engine.piecewise_gdn: Gated DeltaNet inside the piecewise graphs
         "--piecewise-gdn", action=argparse.BooleanOptionalAction, default=False
     )
-    parser.add_argument("--gdn-prefill", default="auto", choices=list(GDN_PREFILL))
+    parser.add_argument("--gdn-prefill", default="auto", choices=list(GDN_PREFILLS))
     parser.add_argument(  # engine.gdn_split: the split kernel's launch configuration
         "--gdn-split", default="default", help="SplitConfig's fields, e.g. states_bv=32"
     )

@@ -40,13 +40,13 @@ import torch
 from benchmarks import device_streams, stats
 from benchmarks.bench_gpu_step import prompt_ids
 from benchmarks.options import LOOPS, LoopSettings, add_loop_options, positive_int
-from engine.config import load_scenario
 from engine.messages import AddRequest, StepFrames, encode
 from engine.models import architecture
 from engine.models.orpheus import FRAME_TOKENS, SAMPLES_PER_FRAME, WINDOW_TOKENS, windows_for
 from engine.worker.main import build_worker
 from engine.worker.timing import PhaseTimer
 from engine.worker.worker import Worker
+from harness.scenario import load_scenario
 
 BYTES_PER_SAMPLE = 2  # s16le
 

@@ -4,7 +4,7 @@ before the engine is built for it.
     python -m benchmarks.bench_prefill_overlap --size 0.8b --prefill 3x320 --every 18 \
         [--set engine.piecewise_gdn=true]
 
-Why: at c=64 the decode loop runs at ~85% of its ceiling (docs/BENCHMARKS.md, session 17):
+Why: at c=64 the decode loop runs at ~85% of its ceiling (docs/BENCHMARKS.md):
 every ~18 decode iterations a prefill step of ~3 prompts stalls all 64 decoding rows for
 ~3.7 ms more than a decode iteration, and makes ~3 tokens where a decode step makes 64. The
 decode step is latency-bound (its GEMMs stream weights at a third of the bandwidth, the
@@ -42,11 +42,12 @@ import torch
 
 from benchmarks.bench_gpu_step import build, prompt_ids
 from benchmarks.options import positive_int
-from engine.config import ConfigError, load_scenario, parse_overrides
+from engine.config import ConfigError, parse_overrides
 from engine.messages import AddRequest
 from engine.worker.engine import Engine
 from engine.worker.main import build_engine
 from engine.worker.planted import spin
+from harness.scenario import load_scenario
 
 CLOCK_HZ = 1.98e9  # the H200's SM clock under load: torch.cuda._sleep counts its cycles
 

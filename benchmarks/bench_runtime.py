@@ -124,10 +124,10 @@ def postprocess_ms_per_iteration(period: int, batch: int = 64, steps: int = 200)
     iteration at `batch` rows of the tiny model, timing flag at `period` (0: off). The worker
     is the one the worker process builds (`build_worker`); each step is launched and
     postprocessed by the methods its own iteration calls."""
-    from engine.config import load_scenario
     from engine.messages import AddRequest
     from engine.worker.main import build_worker
     from engine.worker.timing import PhaseTimer
+    from harness.scenario import load_scenario
 
     scenario = load_scenario("qwen35", "tiny")
     timer = PhaseTimer(period, "bench", [lambda records: None])

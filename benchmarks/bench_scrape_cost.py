@@ -22,15 +22,16 @@ from dataclasses import asdict
 
 import pandas as pd
 
-from engine.config import load_scenario
 from engine.models import vocab_size
 from harness.analysis import metrics
+from harness.analysis.block_model import schedule
 from harness.analysis.schema import ServerRecord, Slot
-from harness.analysis.stats import paired_change, schedule
+from harness.analysis.stats import paired_change
 from harness.measure.event_loop import run_loop
 from harness.measure.loadgen import run_load
 from harness.measure.request_sequence import build_requests
 from harness.measure.server import ServerProcess
+from harness.scenario import load_scenario
 
 
 class ScrapeLoop:

@@ -101,7 +101,7 @@ class SchedulerStep:
         config = EngineConfig(max_rows=running, kv_pages=64 * running, state_slots=running)
         shapes = CacheShapes(1, 1, 1, 8, 8, 2, 1, 8, 8)
         cache = KVCache(shapes, config.kv_pages, config.page_size, running, torch.float32, "cpu")
-        self.scheduler = Scheduler(config, cache)
+        self.scheduler = Scheduler(config.parts.scheduler, cache)
         for rid in range(running + running // 4):
             prompt = list(range(32 + rid % 64))
             self.scheduler.add(Request(rid, prompt, 256, True, SamplingParams(), rid))

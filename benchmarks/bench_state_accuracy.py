@@ -43,11 +43,11 @@ from dataclasses import dataclass, replace
 import torch
 
 from benchmarks import stats
-from engine.config import load_scenario
 from engine.layers.sampler import SamplingParams
 from engine.messages import AddRequest
 from engine.models import build_model, vocab_size
 from engine.worker.engine import Engine
+from harness.scenario import load_scenario
 
 BANDS = (0, 64, 128, 256, 512, 1024)
 MARGIN_BANDS = (0.0, 0.05, 0.2, 1.0, math.inf)

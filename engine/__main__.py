@@ -9,7 +9,7 @@ import argparse
 import logging
 import sys
 
-from engine.config import ConfigError, load_scenario, parse_overrides
+from engine.config import ConfigError, load_served, parse_overrides
 from engine.env import EnvError, phase_timing_period
 
 
@@ -25,21 +25,21 @@ def main(argv: list[str] | None = None) -> int:
         "--set",
         dest="overrides",
         default=None,
-        help="scenario overrides, e.g. engine.mixing=true,engine.max_rows=64",
+        help="model and engine overrides, e.g. engine.mixing=true,engine.max_rows=64",
     )
     serve.add_argument("--server-id", default=None, help="label for span records")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
-        scenario = load_scenario(args.scenario, args.size, parse_overrides(args.overrides))
-        phase_timing_period()
+        served = load_served(args.scenario, args.size, parse_overrides(args.overrides))
+        period = phase_timing_period()  # read here once; the worker is handed it
     except (ConfigError, EnvError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     from engine.serve import ServeError, serve
 
     try:
-        return serve(scenario, args.host, args.port, args.server_id)
+        return serve(served, args.host, args.port, args.server_id, period=period)
     except ServeError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

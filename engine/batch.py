@@ -24,9 +24,9 @@ class HostLayout:
     cu_seqlens: np.ndarray  # [R + 1] int64 numpy, for kernels that size their grid on the host
     # The longest row's new tokens, for FlashInfer's prefill plan, which otherwise finds it
     # with Python's max over a tensor (an element-wise loop of aten calls: ~0.3 ms of host
-    # time at 64 rows, profiled on the H200, session 6). Its KV twin, `max_sequence_kv`, is
-    # not handed over: FlashInfer 0.6.18's plan then skips building the host KV indptr it
-    # reads later (UnboundLocalError `paged_kv_indptr_host`, every prefill step, session 7).
+    # time at 64 rows on the H200). Its KV twin, `max_sequence_kv`, is not handed over:
+    # FlashInfer 0.6.18's plan then skips building the host KV indptr it reads later
+    # (UnboundLocalError `paged_kv_indptr_host` at every prefill step).
     max_q_len: int
     # Each row's KV length ([R] int32, pinned: a view of the staged buffer), FlashInfer's plan's
     # `seq_lens`: without it the plan derives them from the layout into a new pageable tensor
@@ -64,7 +64,7 @@ class ForwardBatch:
     slot_mapping: torch.Tensor  # [T] int, page * page_size + offset where each token's K/V go
     state_slots: torch.Tensor  # [R] int, each row's recurrent-state slot
     is_decode: bool  # every row has num_new == 1 and num_cached > 0
-    ops: object = None  # the step's backend (engine/kernels); None: the torch reference
+    ops: object  # the step's backend (engine/kernels: TORCH_OPS, or the CUDA ops)
     token_row: torch.Tensor | None = None  # [T] int32, the row of each token (kernels)
     cached: torch.Tensor | None = None  # [R] int32, num_cached on the device (kernels)
     kv_indices: torch.Tensor | None = None  # [pages] int32, every row's pages, concatenated
@@ -80,14 +80,6 @@ class ForwardBatch:
     gdn_one_token_rows: int | None = None  # how many leading rows have one new token
     gdn_scratch: tuple | None = None  # (shape, tensors): the split kernel's scratch, a step's
     gdn_tables: GdnTables | None = None  # staged for fixed grids (a step padded to a bucket)
-
-    def __post_init__(self) -> None:
-        if (
-            self.ops is None
-        ):  # imported here: the reference ops import the layers, which import this
-            from engine.kernels.torch_ops import TORCH_OPS
-
-            self.ops = TORCH_OPS
 
     def gather_fed_tokens(self, fed: torch.Tensor | None) -> None:
         """Write into input_ids, in place and on the device, the tokens the host does not have

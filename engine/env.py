@@ -79,3 +79,32 @@ def flashinfer_prebuilt() -> bool:
     if raw not in (None, "0", "1"):
         raise EnvError(f"{FLASHINFER_PREBUILT.name}={raw!r}: expected 0 or 1")
     return raw == "1"
+
+
+WORKER_CPUS = EnvVar(
+    "BENCH_WORKER_CPUS",
+    "Cores the worker pins itself to at its start (a comma list, e.g. 1 or 2,3): set by the "
+    "harness on a CPU run (harness/measure/cpu_layout.py); unset: the cores it inherits.",
+)
+
+
+def cpu_list_text(cores) -> str:
+    return ",".join(str(c) for c in sorted(cores))
+
+
+def worker_cpus() -> set[int] | None:
+    """The cores BENCH_WORKER_CPUS names (None: unset); a bad list, or a core this machine
+    does not have, fails loudly."""
+    raw = WORKER_CPUS.raw()
+    if raw is None:
+        return None
+    try:
+        cores = {int(part) for part in raw.split(",")}
+    except ValueError:
+        raise EnvError(
+            f"{WORKER_CPUS.name}={raw!r}: expected a comma list of core numbers"
+        ) from None
+    available = set(range(os.cpu_count() or 1))
+    if not cores <= available:
+        raise EnvError(f"{WORKER_CPUS.name}={raw!r}: this machine's cores are {sorted(available)}")
+    return cores

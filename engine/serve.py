@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 
 from engine import ipc_dirs
-from engine.config import Scenario
+from engine.config import Served
 from engine.tokenizer import TokenizerError, tokenizer_for
 from engine.worker.template import start_worker
 
@@ -47,11 +47,14 @@ def _bind(host: str, port: int) -> socket.socket:
 WorkerCommand = Callable[[str], list[str]]  # the IPC directory -> the worker's argv
 
 
-def _worker_command(scenario: Scenario, ipc_path: str, server_id: str) -> list[str]:
+def _worker_command(served: Served, ipc_path: str, server_id: str, period: int = 0) -> list[str]:
+    """The worker's argv: the model and engine settings, the size, and the phase-timing
+    `period` (engine.env.phase_timing_period, read once by `python -m engine serve`)."""
     spec = {
-        "model": asdict(scenario.model),
-        "engine": asdict(scenario.engine),
-        "size": scenario.size,
+        "model": asdict(served.model),
+        "engine": asdict(served.engine),
+        "size": served.size,
+        "period": period,
     }
     return [
         sys.executable,
@@ -67,16 +70,18 @@ def _worker_command(scenario: Scenario, ipc_path: str, server_id: str) -> list[s
 
 
 def serve(
-    scenario: Scenario,
+    served: Served,
     host: str,
     port: int,
     server_id: str | None = None,
     worker_command: WorkerCommand | None = None,
+    period: int = 0,
 ) -> int:
     """Serve until stopped; the exit code. `worker_command(ipc_path)`: the worker process's
-    argv in place of the engine's worker (benchmarks/bench_api.py's stand-in)."""
+    argv in place of the engine's worker (benchmarks/bench_api.py's stand-in); `period`: the
+    worker's phase-timing period in iterations (0: off)."""
     try:
-        make_tokenizer = tokenizer_for(scenario.model.tokenizer, scenario.model.path)
+        make_tokenizer = tokenizer_for(served.model.tokenizer, served.model.path)
     except TokenizerError as exc:
         raise ServeError(str(exc)) from None
     sock = _bind(host, port)
@@ -87,12 +92,12 @@ def serve(
     server_id = server_id or str(sock.getsockname()[1])
     log.info(
         "starting scenario=%s size=%s (%s) device=%s",
-        scenario.name,
-        scenario.size,
-        scenario.size_reason,
-        scenario.engine.device,
+        served.name,
+        served.size,
+        served.size_reason,
+        served.engine.device,
     )
-    command = worker_command or (lambda ipc: _worker_command(scenario, ipc, server_id))
+    command = worker_command or (lambda ipc: _worker_command(served, ipc, server_id, period))
     worker = None
     try:
         worker = start_worker(command(ipc_path))
@@ -100,7 +105,7 @@ def serve(
         # aiohttp's and the API's (~0.2 s), which a start used to wait for.
         from engine.api.serving import run_api
 
-        return asyncio.run(run_api(scenario, make_tokenizer, sock, ipc_path, worker))
+        return asyncio.run(run_api(served, make_tokenizer, sock, ipc_path, worker))
     finally:
         if worker is not None and worker.poll() is None:  # run_api never ran: it stops its own
             worker.kill()

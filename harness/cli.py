@@ -34,6 +34,7 @@ COMMANDS = [
     ("sweep", "sweep"),
     ("export", "export"),
     ("scenarios", "scenarios"),
+    ("config", "config"),
     ("serve", "serve"),
     ("power", "power"),
     ("nightly", "nightly"),

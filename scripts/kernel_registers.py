@@ -16,8 +16,8 @@ import argparse
 
 import torch
 
-from engine.kernels import offline
-from engine.kernels.gdn_config import parse_split_config
+from engine.config.gdn_split import parse_split_config
+from engine.kernels import offline, offline_compile
 
 
 def main() -> None:
@@ -30,7 +30,7 @@ def main() -> None:
     parser.add_argument("--split", default=None, help="the split kernel under this SplitConfig")
     parser.add_argument(
         "--specialise", action="store_true",
-        help="with the JIT's divisibility hints, as the GPU compiles (offline.compile_launch)",
+        help="with the JIT's divisibility hints, as the GPU compiles (offline_compile.compile_launch)",
     )  # fmt: skip
     args = parser.parse_args()
     dtype = getattr(torch, args.dtype)
@@ -48,13 +48,15 @@ def main() -> None:
             continue
         seen.add(launch.key)
         for warps in args.warps:
-            compiled = offline.compile_launch(launch, num_warps=warps, specialise=args.specialise)
+            compiled = offline_compile.compile_launch(
+                launch, num_warps=warps, specialise=args.specialise
+            )
             text = ", ".join(f"{k}={v}" for k, v in shown.items())
             text += " fixed grid" if launch.fixed_grid else ""
             stages = launch.options.get("num_stages", 3)
             print(
                 f"{name} {text} warps={compiled.metadata.num_warps} stages={stages}: "
-                f"{offline.ptxas_report(compiled)}, shared {compiled.metadata.shared} B"
+                f"{offline_compile.ptxas_report(compiled)}, shared {compiled.metadata.shared} B"
             )
 
 

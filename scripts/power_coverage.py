@@ -18,8 +18,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from harness.analysis.block_model import Design, judge, schedule
 from harness.analysis.power_stats import Experiments  # noqa: E402
-from harness.analysis.stats import FASTER, SLOWER, Design, Rule, judge, schedule  # noqa: E402
+from harness.analysis.verdict import FASTER, SLOWER, Rule
 
 BLOCKS, SIGMA = 3, 0.05
 

@@ -22,13 +22,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from engine import spans  # noqa: E402
-from engine.config import load_scenario  # noqa: E402
 from engine.models import vocab_size  # noqa: E402
-from harness.analysis.stats import schedule  # noqa: E402
+from harness.analysis.block_model import schedule  # noqa: E402
 from harness.measure.arms import resolve  # noqa: E402
 from harness.measure.request_sequence import build_requests  # noqa: E402
 from harness.measure.runner import RunPlan, run_schedule  # noqa: E402
 from harness.results import RESULTS, RunDir  # noqa: E402
+from harness.scenario import load_scenario  # noqa: E402
 from harness.show.comparison import render  # noqa: E402
 from harness.show.console import output  # noqa: E402
 

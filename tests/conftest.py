@@ -52,8 +52,39 @@ def pytest_configure(config):
     xdist_controller = getattr(config.option, "numprocesses", None) and not hasattr(
         config, "workerinput"
     )
+    worker = getattr(config, "workerinput", {})
+    if "workerid" in worker:  # before the template, whose forks inherit the core
+        _pin_xdist_worker(int(worker["workerid"][2:]), int(worker["workercount"]))
     if not (config.option.fresh_workers or config.option.collectonly or xdist_controller):
         _template = Template(preexec_fn=die_with_parent())
+
+
+# The machine's cores, before any pinning below: a pinned xdist worker's children (and its
+# second import of this file, as tests.conftest) read them from the environment
+MACHINE_CORES = frozenset(
+    int(core) for core in os.environ.get("BENCH_TEST_MACHINE_CORES", "").split(",") if core
+) or frozenset(os.sched_getaffinity(0))
+
+
+def _pin_xdist_worker(index: int, count: int) -> None:
+    """Under pytest-xdist (-n N) worker i keeps to its share of the cores, and so do the
+    servers its tests start: each is a machine of its own, and a CPU run's layout
+    (harness/measure/cpu_layout.py) never puts two workers' servers on one core. With more
+    workers than cores nothing is pinned."""
+    cores = sorted(MACHINE_CORES)
+    os.environ["BENCH_TEST_MACHINE_CORES"] = ",".join(map(str, cores))
+    if count <= len(cores):
+        os.sched_setaffinity(0, cores[index::count])
+
+
+@pytest.fixture
+def machine_cores():
+    """The test (and what it starts) on every core of the machine, as a plain run is: for the
+    tests of a CPU run's layout under -n."""
+    saved = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, MACHINE_CORES)
+    yield sorted(MACHINE_CORES)
+    os.sched_setaffinity(0, saved)
 
 
 def pytest_unconfigure(config):

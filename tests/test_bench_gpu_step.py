@@ -8,8 +8,8 @@ import numpy as np
 import torch
 
 from benchmarks import bench_gpu_step as bench
-from engine.config import load_scenario
 from engine.models.orpheus import CODEBOOK, SPEECH, audio_token_low
+from harness.scenario import load_scenario
 
 
 def test_orpheus_decode_steps_sample_each_token_from_its_frame_positions_codes():

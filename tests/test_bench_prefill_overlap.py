@@ -1,5 +1,5 @@
 """benchmarks/bench_prefill_overlap.py on the CPU: its arithmetic and its refusals (the
-measurement itself needs CUDA streams: stage `overlap` of scripts/gpu_suite.sh)."""
+measurement itself needs CUDA streams: `python -m benchmarks.bench_prefill_overlap --size 0.8b` on the GPU machine)."""
 
 from __future__ import annotations
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -208,6 +209,8 @@ def test_interrupt_stops_servers_and_keeps_what_was_measured(tmp_path):
 
 
 def test_server_that_fails_to_start_is_one_line_pointing_at_its_log(tmp_path):
+    """Arm b's worker refuses its settings at start (the CUDA kernels on the tiny size's CPU
+    device: checked where the worker resolves its kernels, after the server has started)."""
     out = tmp_path / "run"
     proc = bench(
         "run",
@@ -221,14 +224,14 @@ def test_server_that_fails_to_start_is_one_line_pointing_at_its_log(tmp_path):
         "--arm",
         "a=worktree",
         "--arm",
-        "b=engine.kv_pages=1",
+        "b=engine.kernels=cuda",
         "--out",
         str(out),
     )
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
     assert "before becoming healthy" in proc.stderr and "B1.log" in proc.stderr
-    assert "kv_pages" in (out / "logs" / "B1.log").read_text()
+    assert "kernels=cuda needs engine.device=cuda" in (out / "logs" / "B1.log").read_text()
     servers = pd.read_parquet(out / "servers.parquet")
     assert servers["healthy"].tolist() == [True, False]
     assert json.loads((out / "manifest.json").read_text())["complete"] is False
@@ -252,7 +255,7 @@ def test_a_relative_out_works_where_the_servers_run_in_another_tree(tmp_path):
     """The run directory relative to bench's directory, the servers started in their arm's
     tree (here: outside a git repository, the harness's own checkout; a git ref's arm runs in
     a worktree of its commit): each server is given its scenario file by an absolute path.
-    Given the relative one, every server exited with "no scenario file" (sessions 7-11)."""
+    Given the relative one, every server exited with "no scenario file"."""
     proc = bench(
         "run", "qwen35", "-c", "2", "--requests", "4", "--warmup", "1", "--blocks", "1",
         "--size", "tiny", "--arm", "a=worktree", "--arm", "b=worktree", "--out", "run",
@@ -265,7 +268,7 @@ def test_a_relative_out_works_where_the_servers_run_in_another_tree(tmp_path):
     assert servers["healthy"].all() and len(servers) == 2
 
 
-def test_readme_main_command_finishes_on_the_cpu(tmp_path):
+def test_readme_main_command_finishes_on_the_cpu(tmp_path, machine_cores):
     """`bench run qwen35 --concurrency 64 --abba` with the README's defaults picks tiny and
     plans two blocks, A B B A then B A A B. A time budget of 1 s ends it after the first (the
     first block always runs), to spare CI the second; that one block gives no verdict."""
@@ -280,3 +283,9 @@ def test_readme_main_command_finishes_on_the_cpu(tmp_path):
     assert "after 1 of 2 blocks" in manifest["budget_stop"]
     servers = pd.read_parquet(out / "servers.parquet")
     assert len(servers) == 4 and (servers["failures"] == 0).all()
+    # INVARIANTS 84: the processes' cores in the manifest, said before the run, and after the
+    # first block how long a deciding run takes here (tests/test_cpu_layout.py: the cores)
+    assert manifest["cpu_layout"] == {"worker": [1], "api": [0], "client": [0]}
+    assert "cpu layout: worker on core 1, API server on core 0" in proc.stderr
+    assert re.search(r"first block: 4 servers' output tok/s spread [\d.]+%", proc.stderr)
+    assert re.search(r"about \d+ blocks (here )?\(~[\d.]+ min", proc.stderr), proc.stderr

@@ -72,8 +72,8 @@ def test_calibrate_at_a_small_size_finishes_in_bounded_time():
 def test_the_clients_cpu_leaves_out_children_reaped_meanwhile():
     """The quiet-machine check (machine CPU less the client's and the mock's) must not take a
     reaped child's CPU for the client's: a child that burns CPU and is reaped within the
-    window counts in os.times() but not in `_own_cpu_s` (the flake of session 11: servers of
-    earlier tests reaped during the open-loop test made a busy machine read quiet). A sharded
+    window counts in os.times() but not in `_own_cpu_s` (a flake seen in the suite: servers
+    of earlier tests reaped during the open-loop test made a busy machine read quiet). A sharded
     load's shards count through the result's figure; an in-process load's is this process's."""
     burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass"
 

@@ -12,9 +12,10 @@ import pytest
 from rich.console import Console
 
 from harness.analysis import phases
-from harness.analysis.compare import Comparison, compare
+from harness.analysis.compare import compare
+from harness.analysis.comparison import Comparison
 from harness.analysis.schema import RequestRecord, ServerRecord, Slot, SpanRecord
-from harness.analysis.stats import FASTER, NO_CHANGE, NOT_ENOUGH, ONE_BLOCK, SLOWER
+from harness.analysis.verdict import FASTER, NO_CHANGE, NOT_ENOUGH, ONE_BLOCK, SLOWER
 from harness.show.comparison import render
 from harness.show.format import verdict_words
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from engine.config import ConfigError, load_scenario, parse_overrides
+from engine.config import ConfigError, parse_overrides
+from harness.scenario import load_scenario
 from tests.fresh_python import fresh_python
 
 
@@ -47,7 +48,7 @@ def test_overrides_are_typed():
     assert load_scenario("qwen35", "0.8b").to_dict()["engine"]["decode_attention"] == "triton"
     s = load_scenario("qwen35", "0.8b", parse_overrides("engine.decode_attention=flashinfer"))
     assert s.to_dict()["engine"]["decode_attention"] == "flashinfer"  # a run's manifest
-    big = load_scenario("qwen35", "0.8b").engine  # session 18's defaults, an arm turns them off
+    big = load_scenario("qwen35", "0.8b").engine  # 0.8b's defaults, an arm turns them off
     assert big.prefill_stream and big.piecewise_gdn
     text = "engine.prefill_stream=false,engine.piecewise_gdn=false"
     off = load_scenario("qwen35", "0.8b", parse_overrides(text)).to_dict()["engine"]
@@ -96,11 +97,12 @@ def test_bad_scenarios_and_overrides_are_clear_errors(name, size, overrides, mes
 
 def test_the_api_server_reads_a_scenario_without_importing_torch():
     """The API server process (and `bench`) read scenarios; torch's import (over a second on
-    2 cores) is the worker's alone. engine.config parses engine.gdn_split with
-    engine.kernels.gdn_config, so the kernels package imports without torch."""
+    2 cores) is the worker's alone. engine.config parses engine.gdn_split itself
+    (engine/config/gdn_split.py), and the kernels' modules it shares are plain Python."""
     code = (
-        "import sys; from engine.config import load_scenario; import engine.serve; "
-        "load_scenario('qwen35', 'tiny'); load_scenario('orpheus', 'tiny'); "
+        "import sys; from engine.config import load_served; import engine.serve; "
+        "from harness.scenario import load_scenario; import engine.kernels.gdn_tables; "
+        "load_served('qwen35', 'tiny'); load_scenario('orpheus', 'tiny'); "
         "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))"
     )
     assert fresh_python(code) == "[]"

@@ -29,7 +29,6 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from engine.config import load_scenario
 from engine.spans import ROWS_PER_STEP
 from harness.cli import app
 from harness.measure.event_loop import run_loop
@@ -40,6 +39,7 @@ from harness.measure.preflight import check_window, steady_window
 from harness.measure.runner import Watch
 from harness.measure.server import free_port
 from harness.results import load_run
+from harness.scenario import load_scenario
 from tests.test_bench_run import bench
 from tests.test_faults_engine import _wait_for
 
@@ -289,7 +289,7 @@ def test_a_load_without_a_steady_window_is_refused_with_what_would_do(tmp_path):
 
 
 def test_a_window_shorter_than_a_request_is_a_note_before_the_run():
-    """Session 9's H200 load (0.8b, -c 64, 96 measured + 32 warmup: the steady window held no
+    """A load too short for its window (0.8b, -c 64, 96 measured + 32 warmup on the H200: the steady window held no
     whole request, so no TTFT) gets a note naming the requests that would; a window with room
     (320 + 64, the evidence stage's load since) gets none."""
     from harness.measure.request_sequence import build_requests

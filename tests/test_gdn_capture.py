@@ -16,10 +16,11 @@ import numpy as np
 import pytest
 import torch
 
-from engine.config import ConfigError, load_scenario
+from engine.config import ConfigError
 from engine.kernels import gdn_tables
 from engine.kernels.gdn_config import SPLIT_DEFAULT, SplitConfig
 from engine.worker.step_inputs import StepInputs
+from harness.scenario import load_scenario
 
 STEPS = {  # (new tokens, cached tokens, state slot) per row
     "mixed": ([1, 1, 1, 40, 5, 1, 20], [4, 9, 2, 0, 6, 3, 0], [3, 0, 7, 5, 2, 8, 6]),
@@ -175,7 +176,7 @@ def test_every_eager_step_shape_reuses_one_compiled_kernel(kind):
     the step's rows: a mixed step's first chunked row (0, 1, 3 leading decode rows here) is not
     specialised, and the split kernel's chunk tables start 16-byte aligned whatever their
     lengths. Else each step shape compiles the kernels anew (seconds each) inside a
-    server's first minutes (session 7 on the H200)."""
+    server's first minutes (as on the H200, where a first server ran at a few hundred tok/s)."""
     triton_gdn = pytest.importorskip("engine.kernels.triton_gdn")
 
     def op(mixed, ab, weight, conv, state, gates, batch):
@@ -256,7 +257,7 @@ def test_the_piecewise_runner_captures_a_capturable_linear_attention_in_its_piec
             while any(not r.prefill_done for r in engine.requests.values()):
                 engine.step_finished(engine.launch(engine.scheduler.schedule()).to_host())
             engine.config = replace(engine.config, mixing=True)
-            engine.scheduler.config = engine.config
+            engine.scheduler.config = engine.config.parts.scheduler
     rows = engine.scheduler.schedule()
     assert [r.walk for r in rows] == ["decode", "decode", "prefill", "prefill"]
     cache = engine.cache

@@ -1,4 +1,4 @@
-"""The split Gated DeltaNet kernel's launch configuration (engine/kernels/gdn_config.py): the
+"""The split Gated DeltaNet kernel's launch configuration (engine/config/gdn_split.py): the
 default is the H200 sweep's winner and the legacy launch stays nameable, a bad field fails loudly, text round-trips,
 and the sweep holds legal, distinct configs. (That each compiles for sm_90:
 tests/test_triton_compile.py; that the options compute the reference's result:
@@ -9,16 +9,13 @@ from __future__ import annotations
 import pytest
 
 from engine.config import EngineConfig
-from engine.kernels.gdn_config import (
+from engine.config.gdn_split import (
     SPLIT_DEFAULT,
     SPLIT_FROM_TOKENS,
-    SPLIT_LEGACY,
-    SWEEP_AXES,
     SplitConfig,
-    combine_winners,
     parse_split_config,
-    split_sweep,
 )
+from engine.kernels.gdn_config import SPLIT_LEGACY, SWEEP_AXES, combine_winners, split_sweep
 from engine.kernels.gdn_tables import CHUNK
 
 
@@ -36,8 +33,8 @@ def test_the_default_is_the_h200_sweep_winner_and_the_legacy_launch_is_kept():
 
 
 def test_the_engines_auto_threshold_is_the_kernels():
-    """engine.gdn_split_from_tokens's default is written out in engine/config.py (which cannot
-    import the kernels' modules): it must be SPLIT_FROM_TOKENS."""
+    """engine.gdn_split_from_tokens's default is SPLIT_FROM_TOKENS, written once
+    (engine/config/gdn_split.py), where the kernels' `auto` reads it too."""
     assert EngineConfig().gdn_split_from_tokens == SPLIT_FROM_TOKENS == 256
 
 

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 import torch
 
-from engine.config import load_scenario
 from engine.messages import AddRequest, StepFrames, TokenFrame
 from engine.models import build_model, build_streams
 from engine.models.orpheus import CODEBOOK, WINDOW_TOKENS, audio_token_low, split_levels
@@ -18,6 +17,7 @@ from engine.worker.engine import Engine
 from engine.worker.main import build_worker
 from engine.worker.stream_stage import StreamStage
 from engine.worker.timing import PhaseTimer
+from harness.scenario import load_scenario
 
 pytestmark = pytest.mark.gpu
 
@@ -243,8 +243,8 @@ def test_08b_prefill_stream_emits_the_tokens_of_one_stream(piecewise_gdn):
     apart, each prefill step runs on its own stream beside the decode graphs of the rows
     before it: every request runs to its length and two runs give the same tokens (a race
     between the streams would not repeat). Against one stream's staggered run the prompts
-    group into other prefill steps, and bf16 near-ties then part a few requests (session 18:
-    the captured Gated DeltaNet's one-stream run parts as much from its own all-at-once run),
+    group into other prefill steps, and bf16 near-ties then part a few requests (the captured
+    Gated DeltaNet's one-stream run parts as much from its own all-at-once run),
     so that agreement is printed, not held."""
     lengths = [5, 40, 300, 700, 128, 256, 33, 512]
     prompts = [[(13 * i + j) % 240000 + 1 for j in range(n)] for i, n in enumerate(lengths)]
@@ -322,7 +322,7 @@ def test_08b_piecewise_replay_equals_eager_for_every_bucket(piecewise_gdn):
     # captured Gated DeltaNet runs the split kernel whatever gdn_prefill says: the eager step
     # it is held to runs it too (`auto`'s one-launch kernel below 512 tokens sums in another
     # order, and bf16 near-ties among random-weight logits then flip: 2 of 3 rows agreed at 64
-    # tokens on the H200, session 6, with the logits within the bound below)
+    # tokens on the H200, with the logits within the bound below)
     config = replace(
         load_scenario("qwen35", "0.8b").engine, kv_pages=2048, state_slots=96, max_rows=64,
         max_tokens_per_step=2048, piecewise_gdn=piecewise_gdn,
@@ -359,7 +359,7 @@ def test_08b_piecewise_replay_equals_eager_for_every_bucket(piecewise_gdn):
         # Greedy choices agree wherever eager's choice is clear: its top two logits further
         # apart than twice the row's largest difference. A near-tie may flip under that
         # noise (at 129 tokens, padded to 256, one row of three flipped with the logits
-        # 0.63 apart at most, H200, session 7), which says nothing about the runner.
+        # 0.63 apart at most on the H200), which says nothing about the runner.
         top = eager.float().topk(2, dim=-1).values
         clear = (top[:, 0] - top[:, 1]) > 2 * diff.float().amax(dim=-1)
         same = graph.argmax(-1) == eager.argmax(-1)
@@ -387,7 +387,8 @@ def test_08b_piecewise_replay_equals_eager_for_every_bucket(piecewise_gdn):
         for row in rows:
             engine.remove_request(row.request.rid)
     # A mixed step: 8 decoding rows and two prompt chunks.
-    engine.config = engine.scheduler.config = replace(config, mixing=True)
+    engine.config = replace(config, mixing=True)
+    engine.scheduler.config = engine.config.parts.scheduler
     for n in [9, 30, 70, 120, 5, 64, 33, 200]:
         prompt = [(3 * rid + j) % 240_000 + 1 for j in range(n)]
         engine.add_request(AddRequest(rid, prompt, 8, ignore_eos=True, temperature=0), prompt)
@@ -412,7 +413,7 @@ def test_08b_piecewise_engine_decodes_as_the_eager_one_across_buckets():
     Captured Gated DeltaNet always runs the split kernel (on fixed grids), so it is held to
     eager steps on the split kernel: `auto` picks the one-launch kernel below 512 tokens, whose
     different summation order flips near-ties among 248k random-weight logits (2 of 10 first
-    tokens on the H200, session 6) without being wrong."""
+    tokens on the H200) without being wrong."""
     prompts = [[(7 * i + j) % 240_000 + 1 for j in range(n)]
                for i, n in enumerate([3, 700, 17, 64, 250, 5, 129, 400, 33, 90])]  # fmt: skip
     modes = {

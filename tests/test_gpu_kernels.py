@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from engine.batch import ForwardBatch, HostLayout
+from engine.config import KernelsConfig
 from engine.layers.attention import GatedAttention, torch_paged_attention
 from engine.layers.gated_delta import GatedDeltaNet, torch_linear_attention
 from engine.layers.norm import GatedRMSNorm, RMSNorm
@@ -65,6 +66,7 @@ def _batch(cached: list[int], new: list[int], slots: list[int], pages: list[list
         slot_mapping=torch.tensor(slot_map, device=CUDA, **i32),
         state_slots=torch.tensor(slots, device=CUDA, **i32),
         is_decode=all(n == 1 for n in new) and all(c > 0 for c in cached),
+        ops=TORCH_OPS,
         token_row=torch.tensor(token_row, device=CUDA, **i32),
         cached=torch.tensor(cached, device=CUDA, **i32),
         kv_indices=torch.tensor([x for p in pages for x in p], device=CUDA, **i32),
@@ -172,7 +174,7 @@ def test_snac_kernels_equal_the_reference(dtype):
     (1e-5); bf16, computed in fp32 and rounded once to nearest, within half a bf16 ulp
     (2^-8 relative) plus float rounding."""
     from engine.kernels import triton_snac
-    from engine.models import snac
+    from engine.models import snac_layers
 
     bound = 1e-5 if dtype == torch.float32 else 2**-8 + 1e-4
     gen = torch.Generator().manual_seed(0)
@@ -182,12 +184,12 @@ def test_snac_kernels_equal_the_reference(dtype):
         alpha[0, 1 % c], alpha[0, 2 % c] = 0.0, -0.7
         alpha = alpha.to(dtype)
         x = (torch.randn(b, c, t, generator=gen) * 2).to(dtype)
-        want = snac.snake(x.float(), alpha.float())
+        want = snac_layers.snake(x.float(), alpha.float())
         got = triton_snac.snake(x.to(CUDA), alpha.to(CUDA))
         assert got.dtype == dtype and got.shape == x.shape
         worst["snake"] = max(worst["snake"], _relative_error(got, want))
         for d in (1, 3, 9):
-            unit = snac.ResidualUnit(c, d, groups=c)
+            unit = snac_layers.ResidualUnit(c, d, groups=c)
             with torch.no_grad():
                 unit.block[0].alpha.copy_(alpha.float())
                 unit.block[2].alpha.copy_(alpha.float().flip(1))
@@ -233,7 +235,7 @@ def test_gated_deltanet_prefill_then_decode_equals_the_reference(dtype, state_dt
     (`engine.state_dtype`), the reference's likewise."""
     layer = _gdn_layer(dtype)
     model = torch.nn.ModuleDict({"l": layer})
-    ops = CudaOps(model, CUDA, page_size=16, gdn_prefill=gdn_prefill)
+    ops = CudaOps(model, CUDA, page_size=16, config=KernelsConfig(gdn_prefill=gdn_prefill))
     slots_n, conv_dim = 8, layer.conv_dim
     pools = {
         name: (
@@ -273,8 +275,8 @@ def test_flashinfer_attention_prefill_and_decode_equal_the_reference(
     dtype, ps, q_heads, kv_heads, dim = torch.bfloat16, 16, 8, 2, 256
     model = torch.nn.ModuleDict({"a": GatedAttention(1024, q_heads, kv_heads, dim, 1e-6)})
     ops = CudaOps(
-        model.to(CUDA, dtype), CUDA, page_size=ps, decode_tensor_cores=tensor_cores,
-        decode_attention=decode_attention,
+        model.to(CUDA, dtype), CUDA, page_size=ps,
+        config=KernelsConfig(decode_tensor_cores=tensor_cores, decode_attention=decode_attention),
     )  # fmt: skip
     assert ops.attention_backend.tensor_cores == tensor_cores
     assert ops.attention_backend.decode_kernel == decode_attention
@@ -462,7 +464,7 @@ def test_taking_a_steps_rows_does_not_wait_for_queued_gpu_work():
     """INVARIANTS 46 for the engine's row choices (`take_rows`: the sampled rows of a step
     with prompt chunks, a split mixed step's sampled prompt rows): a run of rows is a view,
     any other choice an index from pinned memory, so neither waits out ~1 s of queued spin."""
-    from engine.worker.engine import take_rows
+    from engine.layers.sampler import take_rows
 
     logits = torch.randn(8, 4096, device=CUDA)
     take_rows(logits, [1, 4, 6])  # warm up: the pinned block, the gather kernel

@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from engine.batch import ForwardBatch
+from engine.kernels.torch_ops import TORCH_OPS
 from engine.layers.attention import torch_causal_attention, torch_paged_attention
 from engine.layers.gated_delta import (
     gdn_gates,
@@ -89,6 +90,7 @@ def _paged_batch(rows: list[tuple[int, int]], pages: list[list[int]], page_size:
         slot_mapping=torch.tensor(slots),
         state_slots=torch.arange(len(rows)),
         is_decode=decode,
+        ops=TORCH_OPS,
     )
 
 

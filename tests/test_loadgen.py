@@ -12,12 +12,12 @@ from collections import Counter
 import pytest
 from aiohttp import web
 
-from engine.config import LoadProfile
 from harness.analysis.schema import Slot
 from harness.measure.event_loop import run_loop
 from harness.measure.loadgen import run_load
 from harness.measure.mock.server import MockConfig, MockServer
 from harness.measure.request_sequence import RequestSpec, build_requests
+from harness.scenario import LoadProfile
 
 LOAD = LoadProfile(prompt_tokens=(4, 12), output_tokens=(6, 6), requests=0, warmup=0, seed=7)
 

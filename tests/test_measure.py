@@ -129,11 +129,11 @@ def test_the_example_prompt_file_reads():
 def test_the_preflight_reads_the_load_as_it_will_be_sent(tmp_path):
     """Fixed lengths and a prompt file's longest entry are what must fit; the closed loop's
     window is checked, the open loop's (its arrivals') is not."""
-    from engine.config import load_scenario
     from harness.commands.schedule import arm_scenarios, vocab
     from harness.commands.workload import workload
     from harness.measure.arms import resolve
     from harness.measure.preflight import preflight
+    from harness.scenario import load_scenario
 
     scenario = load_scenario("qwen35", "tiny")
     arm = resolve("A", "a", "worktree")
@@ -277,6 +277,8 @@ def test_bench_sweep_and_usage_errors(mock_url, tmp_path):
     assert summary["kind"] == "sweep" and [p["load"] for p in summary["points"]] == [1, 4]
     assert (out / "sweep.png").is_file()
     assert summary["points"][1]["output_tok_per_s"] > summary["points"][0]["output_tok_per_s"]
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["concurrency"] == 4  # the most in flight at any point, not a placeholder
     for args in (
         ["measure", mock_url, "-c", "2", "--goodput", "latency:5"],
         ["measure", mock_url],  # neither -c nor --request-rate

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness.analysis import metrics
+from harness.analysis import latencies, metrics, server_figures
 from harness.analysis.measurement import measure
 from harness.analysis.schema import RequestRecord, ServerRecord
 
@@ -65,7 +65,7 @@ def test_warmup_and_failures():
 
 
 def test_a_request_an_interruption_cut_is_neither_completed_nor_failed():
-    """A guard's SIGTERM cut 16 requests in flight (session 15): they read "failed requests
+    """A guard's SIGTERM cut 16 requests in flight: they once read "failed requests
     16" and pointed at the server. They are counted apart (`cut`), as warmup is."""
     rows = frame(
         [
@@ -127,25 +127,25 @@ def test_steady_latencies_keep_only_what_happened_in_the_window():
     # window [1, 3]: request 1 (sent 1.0, ended 3.2) ends after it; request 2 (2.0 .. 2.5) is
     # inside; request 0 was sent before it. ITL gaps with both arrivals inside: 1.0 -> 1.5,
     # 1.5 -> 2.0 (request 0) and 1.2 -> 2.2 (request 1).
-    samples = metrics.latency_samples(REQUESTS, (1.0, 3.0))
+    samples = latencies.latency_samples(REQUESTS, (1.0, 3.0))
     assert samples["ttft"].tolist() == pytest.approx([0.5])
     assert samples["e2e"].tolist() == pytest.approx([0.5])
     assert sorted(samples["itl"].tolist()) == pytest.approx([0.5, 0.5, 1.0])
-    whole = metrics.latency_samples(REQUESTS)
+    whole = latencies.latency_samples(REQUESTS)
     assert len(whole["ttft"]) == 3 and len(whole["itl"]) == 5
 
 
 def test_distribution_quantiles_interpolate_linearly():
-    stats = metrics.distribution(np.arange(1.0, 102.0))
+    stats = latencies.distribution(np.arange(1.0, 102.0))
     assert stats == pytest.approx({"p50": 51.0, "p90": 91.0, "p99": 100.0, "mean": 51.0})
-    assert all(np.isnan(v) for v in metrics.distribution(np.array([np.nan])).values())
+    assert all(np.isnan(v) for v in latencies.distribution(np.array([np.nan])).values())
 
 
 def test_server_summary_one_row_per_server_in_schedule_order():
     other = REQUESTS.iloc[:2].assign(slot=1, letter="B", server="B1")  # server 1 is arm B's
     requests = pd.concat([REQUESTS, other], ignore_index=True)
     servers = frame([server(slot=1, letter="B"), server(slot=0), server(slot=2, healthy=False)])
-    summary = metrics.server_summary(requests, servers)
+    summary = server_figures.server_summary(requests, servers)
     assert summary["slot"].tolist() == [0, 1, 2]
     assert summary["requests"].tolist() == [5, 2, 0]
     assert summary["failed"].tolist() == [2, 0, 0]
@@ -163,8 +163,8 @@ def test_arm_summary_pools_requests_and_averages_server_rates():
     )
     requests = pd.concat([REQUESTS, slow], ignore_index=True)
     servers = frame([server(slot=0), server(slot=1, start=1.0, end=4.0)])
-    per_server = metrics.server_summary(requests, servers)
-    per_arm = metrics.arm_summary(requests, servers)
+    per_server = server_figures.server_summary(requests, servers)
+    per_arm = server_figures.arm_summary(requests, servers)
     assert len(per_arm) == 1 and per_arm.loc[0, "requests"] == 8
     assert per_arm.loc[0, "output_tok_per_s"] == pytest.approx(
         per_server["output_tok_per_s"].mean()
@@ -180,18 +180,18 @@ def test_parquet_round_trip_keeps_the_metrics(tmp_path):
     REQUESTS.to_parquet(path)
     back = pd.read_parquet(path)
     assert metrics.itl_s(back).tolist() == pytest.approx(metrics.itl_s(REQUESTS).tolist())
-    ms = metrics.latency_ms(metrics.latency_samples(REQUESTS))
-    assert metrics.latency_ms(metrics.latency_samples(back)) == pytest.approx(ms, nan_ok=True)
+    ms = latencies.latency_ms(latencies.latency_samples(REQUESTS))
+    assert latencies.latency_ms(latencies.latency_samples(back)) == pytest.approx(ms, nan_ok=True)
 
 
 def test_figures_declare_their_direction():
-    by_name = {f.name: f for f in metrics.figures() + metrics.figures(audio=True)}
+    by_name = {f.name: f for f in server_figures.figures() + server_figures.figures(audio=True)}
     assert by_name["output_tok_per_s"].higher_is_better
     assert by_name["audio_s_per_s"].higher_is_better
     assert not by_name["ttft_p99_ms"].higher_is_better
     assert not by_name["ttfa_p99_ms"].higher_is_better and not by_name["rtf_p50"].higher_is_better
-    assert metrics.figures(audio=True)[0].name == "audio_s_per_s"
-    assert "audio_s_per_s" not in {f.name for f in metrics.figures()}
+    assert server_figures.figures(audio=True)[0].name == "audio_s_per_s"
+    assert "audio_s_per_s" not in {f.name for f in server_figures.figures()}
 
 
 def speech(index: int, pieces: list[tuple[float, int]], send: float = 0.0, **kw):
@@ -221,9 +221,9 @@ def test_audio_seconds_ttfa_and_rtf_from_the_bytes_received():
     assert np.isnan(metrics.steady_audio_s_per_s(rows, None))
     # succeeded audio 4 s over the whole load: first send (0.0) to last end (2.5)
     assert metrics.run_audio_s_per_s(rows) == pytest.approx(4.0 / 2.5)
-    whole = metrics.latency_ms(metrics.speech_samples(rows))
+    whole = latencies.latency_ms(latencies.speech_samples(rows))
     assert whole["ttfa_p50_ms"] == pytest.approx(350.0)  # TTFAs 0.5 and 0.2
-    summary = metrics.server_summary(rows, frame([server(start=1.0, end=2.0)]), audio=True)
+    summary = server_figures.server_summary(rows, frame([server(start=1.0, end=2.0)]), audio=True)
     assert summary.loc[0, "audio_s_per_s"] == pytest.approx(3.0)
     assert summary.loc[0, "audio_s"] == pytest.approx(4.0)
     # steady window [1, 2]: request 1 alone (sent 1.0, ended 2.0) has audio inside it

@@ -14,8 +14,9 @@ from typer.testing import CliRunner
 
 from harness.analysis import steps
 from harness.analysis.nightly import NightlyResult, find_regressions
-from harness.analysis.stats import SLOWER, run_change
+from harness.analysis.stats import run_change
 from harness.analysis.step_simulation import SeriesNoise, false_flags, found_share, nightly_table
+from harness.analysis.verdict import SLOWER
 from harness.cli import app
 from harness.commands import nightly as command
 from harness.show.nightly import render

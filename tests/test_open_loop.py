@@ -13,7 +13,6 @@ import time
 import numpy as np
 import pytest
 
-from engine.config import LoadProfile
 from harness.analysis.calibration import QUIET_CORES, TARGETS
 from harness.measure.arrivals import ArrivalSchedule
 from harness.measure.calibrate import (
@@ -26,6 +25,7 @@ from harness.measure.calibrate import (
 from harness.measure.event_loop import run_loop
 from harness.measure.loadgen import run_load
 from harness.measure.request_sequence import build_requests
+from harness.scenario import LoadProfile
 
 
 def ks_exponential(gaps: np.ndarray, rate: float) -> float:

@@ -19,7 +19,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.config import ConfigError, load_scenario
+from engine.config import ConfigError
 from engine.kernels.torch_ops import TorchOps
 from engine.layers.sampler import window_logits
 from engine.messages import Abort, AddRequest, TokenFrame
@@ -35,7 +35,7 @@ from engine.models.orpheus import (
     windows_for,
 )
 from engine.models.orpheus_node import WINDOW_LOOP, OrpheusNode, SnacNode
-from engine.models.snac import ResidualUnit, Snake1d
+from engine.models.snac_layers import ResidualUnit, Snake1d
 from engine.models.token_node import DECODE_LOOP
 from engine.runtime.graph import StopRows
 from engine.runtime.runtime import GraphRuntime
@@ -45,6 +45,7 @@ from engine.worker.engine import Engine
 from engine.worker.main import build_worker
 from engine.worker.stream_stage import StreamStage
 from engine.worker.timing import PhaseTimer
+from harness.scenario import load_scenario
 
 BYTES_PER_WINDOW = 2 * SAMPLES_PER_FRAME
 

@@ -10,12 +10,14 @@ from dataclasses import replace
 
 import pytest
 
-from engine.config import ConfigError, load_scenario
+from engine.config import ConfigError
 from engine.messages import Abort, AddRequest, StepFrames
-from engine.worker.engine import Engine, PendingStep
+from engine.worker.engine import Engine
 from engine.worker.main import build_worker
+from engine.worker.pending_step import PendingStep
 from engine.worker.scheduler import Scheduler
 from engine.worker.timing import PhaseTimer
+from harness.scenario import load_scenario
 
 
 def _run(overlap: bool, requests: list[AddRequest], eos: list[int], abort_after: int, **engine):
@@ -165,7 +167,7 @@ def test_take_rows_is_indexing_by_the_rows():
     of rows, a scattered choice, none."""
     import torch
 
-    from engine.worker.engine import take_rows
+    from engine.layers.sampler import take_rows
 
     values = torch.arange(24).view(12, 2)
     for rows in ([3, 4, 5], [0], [1, 7, 2], [], [11, 10]):

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 from engine import spans
-from engine.config import load_scenario
 from engine.messages import AddRequest, StepFrames
 from engine.spans import SpanWindow, SpanWindowRecord, window_records
 from engine.worker.main import build_worker
 from engine.worker.timing import PhaseTimer
+from harness.scenario import load_scenario
 
 SCHEMA = {
     "server": str, "name": str, "kind": str, "first_iter": int, "last_iter": int,

@@ -8,12 +8,12 @@ from dataclasses import replace
 
 import torch
 
-from engine.config import load_scenario
 from engine.messages import AddRequest
 from engine.models import build_model
 from engine.worker import engine as engine_module
 from engine.worker.engine import Engine
 from engine.worker.planted import planted_device_delay
+from harness.scenario import load_scenario
 
 
 def test_a_cpu_device_delay_busy_waits_its_microseconds():

@@ -11,21 +11,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from engine.config import load_scenario
-from harness.analysis import power, power_stats
-from harness.analysis.stats import (
-    MIN_BLOCKS,
-    NOT_ENOUGH,
-    SLOWER,
-    Design,
-    Rule,
-    judge,
-    paired_change,
-    schedule,
-    t_quantile,
-)
+from harness.analysis import aa_run, power, power_report, power_stats
+from harness.analysis.block_model import MIN_BLOCKS, Design, judge, schedule
+from harness.analysis.stats import paired_change
+from harness.analysis.student_t import t_quantile
+from harness.analysis.verdict import NOT_ENOUGH, SLOWER, Rule
 from harness.measure.power import PowerPlan, measure
 from harness.results import write_power
+from harness.scenario import load_scenario
 
 SIGMA = 0.05  # a server's noise (log units) in the synthetic runs
 
@@ -88,7 +81,7 @@ def test_too_few_blocks_give_no_rates_and_say_so():
     rng = np.random.default_rng(3)
     rates = power._rates(blocks_of(1), [3], True, 100, 10, rng)
     assert all(table[3] is None for table in rates)
-    report = power.PowerReport("q", "tiny", {}, 1, 4, 16, 5.0, 0.2, [], [], "-", pool_size=1)
+    report = power_report.PowerReport("q", "tiny", {}, 1, 4, 16, 5.0, 0.2, [], [], "-", pool_size=1)
     assert any("too few to resample" in d for d in power.doubts(report))
     report.pool_size = 4
     assert any("hold the truth" in d for d in power.doubts(report))
@@ -204,31 +197,31 @@ def aa_blocks(blocks: int, outer: float, seed: int = 0) -> pd.DataFrame:
 
 
 def test_real_aa_blocks_show_their_false_alarms_and_position_effects():
-    found = power.real_aa(aa_blocks(6, outer=0.08), higher_is_better=True)
+    found = aa_run.real_aa(aa_blocks(6, outer=0.08), higher_is_better=True)
     assert found.blocks == 6 and set(found.alarms) == {2, 3, 4, 5, 6}  # one block: no verdict
     assert found.alarms[2][1] == 3 and found.alarms[4][1] == 1
     assert found.alarms[2][0] == 0  # ABBA and BAAB together: the position effect cancels
     assert [p.letters for p in found.positions] == ["ABABAB", "BABABA", "BABABA", "ABABAB"]
     contrast = found.outer_minus_inner
     assert contrast.low > 0.07 and contrast.mean == pytest.approx(0.08, abs=0.01)
-    report = power.PowerReport("q", "tiny", {}, 6, 4, 16, 5.0, 0.2, [], [], "-", 12, found)
+    report = power_report.PowerReport("q", "tiny", {}, 6, 4, 16, 5.0, 0.2, [], [], "-", 12, found)
     assert any("position in its block" in d for d in power.doubts(report))
-    quiet = power.real_aa(aa_blocks(6, outer=0.0), higher_is_better=True)
+    quiet = aa_run.real_aa(aa_blocks(6, outer=0.0), higher_is_better=True)
     assert quiet.outer_minus_inner.low < 0 < quiet.outer_minus_inner.high
 
 
 def test_a_power_result_is_quoted_only_for_the_setup_it_was_measured_on():
     machine = {"host": "vm", "cpu": "x86_64", "cpus": 2, "gpu": None, "torch": "2.13"}
-    report = power.PowerReport("qwen35", "tiny", machine, 3, 4, 16, 5.0, 0.2, [], [], "-")
+    report = power_report.PowerReport("qwen35", "tiny", machine, 3, 4, 16, 5.0, 0.2, [], [], "-")
     stored = json.loads(json.dumps(report.to_json()))
     manifest = {"scenario": {"name": "qwen35", "size": "tiny"}, "concurrency": 4}
-    assert power.mismatch(stored, manifest | {"machine": machine | {"torch": "2.14"}}) == []
+    assert power_report.mismatch(stored, manifest | {"machine": machine | {"torch": "2.14"}}) == []
     other = manifest | {"concurrency": 64, "machine": machine | {"gpu": "H200"}}
-    assert power.mismatch(stored, other) == [
+    assert power_report.mismatch(stored, other) == [
         "concurrency 4 (this run: 64)",
         "machine gpu None (this run: H200)",
     ]
-    assert power.mismatch({"scenario": "qwen35"}, manifest) == [
+    assert power_report.mismatch({"scenario": "qwen35"}, manifest) == [
         "it carries no stamp of the setup it was measured on"
     ]
 
@@ -257,10 +250,10 @@ def test_tiny_power_run_end_to_end(tmp_path):
 
 
 def test_a_planted_slowdown_missed_is_a_doubt_only_when_it_should_have_been_seen():
-    def report(expected_ratio: float) -> power.PowerReport:
+    def report(expected_ratio: float) -> power_report.PowerReport:
         tok = "output_tok_per_s"
         rate = power_stats.Rate
-        figure = power.FigurePower(
+        figure = power_report.FigurePower(
             tok,
             True,
             0.05,
@@ -269,9 +262,9 @@ def test_a_planted_slowdown_missed_is_a_doubt_only_when_it_should_have_been_seen
             *({3: rate(x, x, x)} for x in (0.05, 0.2, 0.5, 0.95)),
         )
         change = {"ratio": 0.9, "low": 0.7, "high": 1.1, "verdict": "not enough data"}
-        level = power.LevelResult(0.1, 500, "-", {tok: expected_ratio}, {tok: change})
+        level = power_report.LevelResult(0.1, 500, "-", {tok: expected_ratio}, {tok: change})
         run = ("qwen35", "tiny", {}, 3, 4, 16, 5.0, 0.2)
-        return power.PowerReport(*run, [figure], [level], "-", pool_size=12)
+        return power_report.PowerReport(*run, [figure], [level], "-", pool_size=12)
 
     assert power.doubts(report(0.9)) == []  # +11% planted, +20% needed: not expected to be seen
     (doubt,) = power.doubts(report(0.5))  # +100% planted: it should have been
@@ -283,16 +276,16 @@ def test_a_power_result_carries_every_rate_with_its_interval():
     a result written before intervals, plain numbers, still reads)."""
     rate = power_stats.Rate
     rates = [{3: rate(v, v - 0.01, v + 0.02)} for v in (0.05, 0.2, 0.5, 0.95)]
-    figure = power.FigurePower("output_tok_per_s", True, 0.05, 0.04, "no change", *rates, 12)
-    report = power.PowerReport("q", "tiny", {}, 3, 4, 16, 5.0, 0.2, [figure], [], "-", 12)
+    figure = power_report.FigurePower("output_tok_per_s", True, 0.05, 0.04, "no change", *rates, 12)
+    report = power_report.PowerReport("q", "tiny", {}, 3, 4, 16, 5.0, 0.2, [figure], [], "-", 12)
     stored = json.loads(json.dumps(report.to_json()))
-    found = power.rates_for(stored, "output_tok_per_s", 3)
+    found = power_report.rates_for(stored, "output_tok_per_s", 3)
     assert found["detection"] == 0.5 and found["detection_low"] == pytest.approx(0.49)
     assert found["min_detectable_slowdown_high"] == pytest.approx(0.22)
     assert stored["false_positive_rate"] == {"output_tok_per_s": 0.05}
     old = {"figures": [{"figure": "x", **{k: {"3": 0.1} for k in power_stats_keys()}}]}
-    assert power.rates_for(old, "x", 3)["coverage"] == 0.1
-    assert power.rates_for(old, "x", 3)["coverage_low"] is None
+    assert power_report.rates_for(old, "x", 3)["coverage"] == 0.1
+    assert power_report.rates_for(old, "x", 3)["coverage_low"] is None
 
 
 def power_stats_keys() -> tuple[str, ...]:

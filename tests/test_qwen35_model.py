@@ -13,6 +13,7 @@ from safetensors.torch import save_file
 
 from engine.batch import ForwardBatch
 from engine.cache import KVCache
+from engine.config import KernelsConfig
 from engine.kernels import build_ops
 from engine.kernels.torch_ops import TORCH_OPS, TorchOps
 from engine.models import build_model
@@ -70,6 +71,7 @@ class Requests:
             slot_mapping=torch.tensor(slots),
             state_slots=torch.tensor([self.slot[rid] for rid in new_tokens]),
             is_decode=all(n == 1 for n in num_new) and all(c > 0 for c in num_cached),
+            ops=TORCH_OPS,
         )
 
 
@@ -125,7 +127,8 @@ def test_reference_linear_equals_the_module_calls_bit_for_bit(tiny):
     whatever it says) changes no bit of a step's logits: prefill, mixed and decode steps
     against the layers' former module calls; and build_ops gives a CPU engine the reference
     with dense_kernel triton too."""
-    assert build_ops("auto", tiny, torch.device("cpu"), 4, dense_kernel="triton") is TORCH_OPS
+    cpu, triton_gemm = torch.device("cpu"), KernelsConfig(dense_kernel="triton")
+    assert build_ops(triton_gemm, tiny, cpu, 4) is TORCH_OPS
     seqs = _prompts([9, 4, 13], tiny.config.vocab_size)
     runs = {}
     for name, ops in (("reference", TORCH_OPS), ("module calls", _ModuleCalls())):
@@ -327,7 +330,7 @@ def test_dense_kernel_head_puts_the_lm_head_alone_on_ours(tiny, monkeypatch):
     assert not triton_gemm.takes("triton", True, x.float())
     asked = []
     monkeypatch.setattr(triton_gemm, "takes", lambda kind, head, x: asked.append(head) or False)
-    ops = CudaOps(tiny, torch.device("cpu"), 4, dense_kernel="head")
+    ops = CudaOps(tiny, torch.device("cpu"), 4, config=KernelsConfig(dense_kernel="head"))
     h = torch.randn(3, tiny.config.hidden_size)
     ops.linear(tiny.head, h)
     ops.linear(tiny.model.layers[0].mlp.down_proj, torch.randn(3, tiny.config.intermediate_size))
@@ -351,7 +354,7 @@ def test_gdn_decode_routes_decode_rows_alone_to_the_pipelined_kernel(tiny, monke
     )
     monkeypatch.setattr(triton_gdn, "gated_delta_prefill",
                         lambda *a, **kw: calls.append(("prefill", kw["pipelined"])))  # fmt: skip
-    ops = CudaOps(tiny, torch.device("cpu"), 4, pipelined_decode=setting == "pipelined")
+    ops = CudaOps(tiny, torch.device("cpu"), 4, config=KernelsConfig(gdn_decode=setting))
     layer = next(m for m in tiny.modules() if type(m).__name__ == "GatedDeltaNet")
     on = setting == "pipelined"
     for is_decode, chunked, want in ((True, False, ("recurrent", on)),

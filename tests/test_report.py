@@ -13,7 +13,7 @@ from PIL import Image
 from rich.console import Console
 from typer.testing import CliRunner
 
-from harness.analysis import power
+from harness.analysis import power_report
 from harness.cli import app
 from harness.commands.report import report_run
 from harness.results import load_summary
@@ -35,11 +35,11 @@ from tests.synthetic_run import (
 
 
 def power_result(concurrency: int) -> dict:
-    """A power result as harness/analysis/power.py writes it, for the synthetic run's machine."""
+    """A power result as harness/analysis/power_report.py writes it, for the synthetic run's machine."""
     machine = {"host": "ci", "cpu": "x86_64", "cpus": 2, "gpu": None}
     rates = {2: 0.04}, {2: 0.03}, {2: 0.91}, {2: 0.95}
-    tok = power.FigurePower("output_tok_per_s", True, 0.012, 0.01, "no change", *rates)
-    report = power.PowerReport(
+    tok = power_report.FigurePower("output_tok_per_s", True, 0.012, 0.01, "no change", *rates)
+    report = power_report.PowerReport(
         "qwen35", "tiny", machine, 5, concurrency, 16, 5.0, 0.2, [tok], [], "-"
     )
     return json.loads(json.dumps(report.to_json()))
@@ -230,7 +230,7 @@ def test_the_terminal_tables_read_at_80_columns(tmp_path):
 def test_an_interval_of_few_replicates_prints_its_far_bounds_as_past_a_limit():
     """One block's interval (1 degree of freedom) runs to exp(+-many): its bounds print as
     `<-99.9` and `>+999%`, not as eleven-digit percentages; ordinary bounds print as before."""
-    from harness.analysis.stats import ONE_BLOCK, Change
+    from harness.analysis.verdict import ONE_BLOCK, Change
     from harness.show.format import change_text
 
     far = Change(2.398, 1e-9, 7.2e9, 1, ONE_BLOCK, 1, "not enough data")

@@ -12,8 +12,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from harness.analysis.block_model import schedule
 from harness.analysis.schema import ServerRecord, Slot
-from harness.analysis.stats import schedule
 from harness.analysis.summary import summarize
 from harness.errors import BenchError
 from harness.measure.continuation import continued_manifest, machine_note
@@ -221,7 +221,7 @@ def test_continue_adds_a_block_end_to_end(tmp_path):
     """One A B block on tiny CPU servers, then --continue one more: four servers, blocks 0 and
     1 in the comparison, the second block B A; a call with another -c or arm is refused and
     leaves the run as it was. (A B blocks, not A B B A: half the servers, and the alternation
-    is the same rule, `stats.schedule`; the ABBA kind is the fast tests'.)"""
+    is the same rule, `block_model.schedule`; the ABBA kind is the fast tests'.)"""
     out = tmp_path / "run"
 
     def call(*extra: str, c: str = "4", b: str = "worktree") -> subprocess.CompletedProcess:

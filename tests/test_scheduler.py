@@ -18,7 +18,7 @@ SHAPES = CacheShapes(1, 1, 1, 4, 8, 4, 1, 4, 4)
 
 def make(config: EngineConfig, pages: int = 64, slots: int = 8):
     cache = KVCache(SHAPES, pages, config.page_size, slots, torch.float32, "cpu")
-    return Scheduler(config, cache), cache
+    return Scheduler(config.parts.scheduler, cache), cache
 
 
 def req(rid: int, prompt: int, max_tokens: int) -> Request:

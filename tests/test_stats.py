@@ -12,25 +12,21 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.analysis.stats import (
+from harness.analysis.block_model import MIN_BLOCKS, Design, fit, schedule
+from harness.analysis.stats import paired_change, run_change
+from harness.analysis.student_t import t_quantile
+from harness.analysis.verdict import (
     BLOCKS,
     DESCRIPTIVE,
     FASTER,
-    MIN_BLOCKS,
     NO_CHANGE,
     NO_VERDICT,
     NOT_ENOUGH,
     ONE_BLOCK,
     RUNS,
     SLOWER,
-    Design,
     Rule,
     decide,
-    fit,
-    paired_change,
-    run_change,
-    schedule,
-    t_quantile,
 )
 
 ABBA = "ABBA"

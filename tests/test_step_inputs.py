@@ -10,11 +10,11 @@ from dataclasses import replace
 import pytest
 import torch
 
-from engine.config import load_scenario
 from engine.messages import AddRequest
 from engine.models import build_model
 from engine.worker.engine import Engine
 from engine.worker.graphs import buckets_up_to, gc_paused
+from harness.scenario import load_scenario
 
 
 def _engine_with_requests(lengths: list[int], **settings) -> Engine:
@@ -134,7 +134,7 @@ def test_a_step_padded_to_a_token_bucket_through_the_split_ops_equals_the_plain_
         msg = AddRequest(rid, prompt, 8, ignore_eos=True, temperature=0)
         engine.add_request(msg, prompt).handle = rid
     engine.config = replace(engine.config, mixing=True)
-    engine.scheduler.config = engine.config
+    engine.scheduler.config = engine.config.parts.scheduler
     rows = engine.scheduler.schedule()
     assert [r.walk for r in rows] == ["decode", "decode", "prefill", "prefill"]
     tokens = sum(r.num_new for r in rows)

@@ -15,9 +15,9 @@ step time, so its throughput hardly depends on what else runs. Each tool runs on
 
 The bound is 15%: GuideLLM reads high by construction. Against `bench mock`, whose rate is
 known exactly (the second test), `bench measure` read 268.4 tok/s of a known 269.5 and
-GuideLLM 298 (+11%, session 7), its mean being a time-weighted rate of token events rather
-than the steady rate at C. On the engine the two read 10.4% apart in two CI runs (sessions 6
-and 7), GuideLLM higher both times: the same gap. So the engine test holds the tools within
+GuideLLM 298 (+11%), its mean being a time-weighted rate of token events rather
+than the steady rate at C. On the engine the two read 10.4% apart in two CI runs,
+GuideLLM higher both times: the same gap. So the engine test holds the tools within
 15% (it exists to catch an accounting error, a lost time base or a miscounted stream, and to
 show GuideLLM drives the engine), and the mock test holds bench to the known rate within 2%."""
 
@@ -69,9 +69,8 @@ def guidellm_tok_per_s(
         "--disable-console",
     ]  # fmt: skip
     # GuideLLM's own process layout (a worker process per stream). With its C streams in one
-    # process (tried in session 8: faster to start) a fresh-clone CI run read GuideLLM 221
-    # against bench 183 tok/s (+21%, past the bound), where the default layout read +10% in
-    # the runs of sessions 6 to 8; which of the two clients leaves the engine more of the 2
+    # process (faster to start) a fresh-clone CI run read GuideLLM 221 against bench 183
+    # tok/s (+21%, past the bound), where the default layout reads about +10%; which of the two clients leaves the engine more of the 2
     # shared cores is not measured.
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
@@ -120,9 +119,9 @@ def test_on_a_server_of_known_rate_bench_measure_reads_that_rate(tmp_path):
     C x 32 / (0.020 + 31 x 0.030) = 269.5 tok/s at C = 8. `bench measure`'s steady figure
     reads it within 2% (the client's own turnaround between a request and the next is the
     only slack, and it can only lower the figure). GuideLLM's mean on the same load and server
-    read 298 tok/s (+11%) in session 7, its time-weighted rate of token events not being the
-    steady rate at C; that is the gap the test above allows for. (GuideLLM ran here too until
-    session 12, only to print that figure: ~15 s of CI for no assertion.)"""
+    read 298 tok/s (+11%), its time-weighted rate of token events not being the steady rate
+    at C; that is the gap the test above allows for. (GuideLLM does not run here: it would
+    only print that figure, ~15 s of CI for no assertion.)"""
     ttft_s, itl_s = 0.020, 0.030
     known = CONCURRENCY * OUTPUT_TOKENS / (ttft_s + (OUTPUT_TOKENS - 1) * itl_s)
     vocab = 4096

@@ -15,7 +15,7 @@ import torch
 
 pytest.importorskip("triton")
 
-from engine.kernels import offline  # noqa: E402
+from engine.kernels import offline, offline_compile  # noqa: E402
 from engine.kernels.gdn_config import SPLIT_DEFAULT, SPLIT_LEGACY, split_sweep  # noqa: E402
 
 
@@ -23,7 +23,7 @@ from engine.kernels.gdn_config import SPLIT_DEFAULT, SPLIT_LEGACY, split_sweep  
 def test_every_triton_kernel_compiles_for_sm90(dtype):
     compiled, fixed = set(), set()
     for launch in offline.record_launches(dtype):
-        binary = offline.compile_launch(launch)
+        binary = offline_compile.compile_launch(launch)
         assert binary.asm["cubin"], launch.kernel.fn.__name__
         compiled.add(launch.kernel.fn.__name__)
         if launch.fixed_grid:
@@ -53,7 +53,7 @@ def test_every_config_the_split_sweep_tries_compiles_for_sm90():
     (the scores scratch); those compile once each, in parallel."""
     configs = split_sweep()
     assert configs[:2] == [SPLIT_DEFAULT, SPLIT_LEGACY] and len(set(configs)) == len(configs)
-    results = offline.compile_split_configs(configs)
+    results = offline_compile.compile_split_configs(configs)
     kernels = {r.kernel for r in results}
     assert kernels == {
         "_gdn_recurrent_kernel", "_gdn_prepare_kernel", "_gdn_states_kernel",
@@ -61,7 +61,7 @@ def test_every_config_the_split_sweep_tries_compiles_for_sm90():
     }  # fmt: skip
     for result in results:
         assert result.cubin, result
-        assert result.shared <= offline.H200_SHARED_BYTES, result
+        assert result.shared <= offline_compile.H200_SHARED_BYTES, result
     assert len(results) > 3 * len(configs) // 4  # most configs change some kernel's compile
 
 
@@ -81,9 +81,13 @@ def test_skinny_gemm_compiles_for_sm90_at_every_real_shape():
     }
     distinct = {launch.variant: launch for launch in launches}
     for launch in distinct.values():
-        binary = offline.compile_launch(launch, specialise=True)  # as the GPU's JIT compiles it
+        # as the GPU's JIT compiles it
+        binary = offline_compile.compile_launch(launch, specialise=True)
         assert binary.asm["cubin"], launch.key
-        assert binary.metadata.shared <= offline.H200_SHARED_BYTES, (launch.key, binary.metadata)
+        assert binary.metadata.shared <= offline_compile.H200_SHARED_BYTES, (
+            launch.key,
+            binary.metadata,
+        )
         if launch.kernel.fn.__name__ == "_skinny_gemm_kernel":  # the weight's loads pipelined
             assert "cp.async" in binary.asm["ptx"], launch.key
     gemms = [launch for launch in launches if launch.kernel.fn.__name__ == "_skinny_gemm_kernel"]
@@ -107,9 +111,12 @@ def test_decode_attention_compiles_for_sm90_under_every_launch_the_sweep_tries()
     distinct = {launch.variant: launch for launch in launches}
     checked = 0
     for launch in distinct.values():
-        binary = offline.compile_launch(launch, specialise=True)
+        binary = offline_compile.compile_launch(launch, specialise=True)
         assert binary.asm["cubin"], launch.key
-        assert binary.metadata.shared <= offline.H200_SHARED_BYTES, (launch.key, binary.metadata)
+        assert binary.metadata.shared <= offline_compile.H200_SHARED_BYTES, (
+            launch.key,
+            binary.metadata,
+        )
         if launch.kernel.fn.__name__ != "_decode_kernel":
             continue
         block_n, head_dim = launch.constexprs["BLOCK_N"], launch.constexprs["HEAD_DIM"]
@@ -119,7 +126,7 @@ def test_decode_attention_compiles_for_sm90_under_every_launch_the_sweep_tries()
             assert "cp.async" in binary.asm["ptx"], launch.key
             assert binary.metadata.shared >= (stages - 1) * tile, (launch.key, binary.metadata)
         if launch_for(head_dim) == DecodeLaunch(block_n, warps, stages):
-            assert " 0 bytes spill stores" in offline.ptxas_report(binary), launch.key
+            assert " 0 bytes spill stores" in offline_compile.ptxas_report(binary), launch.key
             checked += 1
     assert checked == 4  # two shapes, one split and four
 
@@ -136,7 +143,7 @@ def test_the_codecs_approximate_sine_is_one_instruction_and_no_local_memory():
     ]
     forms = {False: [], True: []}
     for launch in launches:
-        forms[launch.constexprs["APPROX"]].append(offline.compile_launch(launch).asm["ptx"])
+        forms[launch.constexprs["APPROX"]].append(offline_compile.compile_launch(launch).asm["ptx"])
     assert forms[False] and forms[True]
     for ptx in forms[True]:
         assert "sin.approx" in ptx and ".local" not in ptx
@@ -173,11 +180,11 @@ def test_pdl_kernels_wait_before_anything_else_and_plain_ones_are_unchanged():
                 if launch.kernel.fn.__name__ in PDL_KERNELS}  # fmt: skip
     for launch in distinct.values():
         name = launch.kernel.fn.__name__
-        plain = offline.compile_launch(launch, specialise=True).asm["ptx"]
+        plain = offline_compile.compile_launch(launch, specialise=True).asm["ptx"]
         assert "griddepcontrol" not in plain and "prefetch.global" not in plain, name
         pdl = launch._replace(constexprs={**launch.constexprs, "PDL": True},
                               options={**launch.options, "launch_pdl": True})  # fmt: skip
-        ptx = offline.compile_launch(pdl, specialise=True).asm["ptx"]
+        ptx = offline_compile.compile_launch(pdl, specialise=True).asm["ptx"]
         body = ptx[ptx.index(".entry") :]
         wait = body.index("griddepcontrol.wait")
         assert body.index("griddepcontrol.launch_dependents") < wait, name
@@ -200,10 +207,12 @@ def test_the_pipelined_recurrence_streams_its_state_through_shared_memory():
 
     launches = offline.record_launches(torch.bfloat16)
     by_name = {launch.kernel.fn.__name__: launch for launch in launches}
-    pipelined = offline.compile_launch(by_name["_gdn_decode_pipelined_kernel"], specialise=True)
-    grid = offline.compile_launch(by_name["_gdn_recurrent_kernel"], specialise=True)
+    pipelined = offline_compile.compile_launch(
+        by_name["_gdn_decode_pipelined_kernel"], specialise=True
+    )
+    grid = offline_compile.compile_launch(by_name["_gdn_recurrent_kernel"], specialise=True)
     tile = 128 * triton_gdn.PIPELINED_BV * 4  # k_dim x BV fp32
     stages = triton_gdn.PIPELINED_STAGES
     assert "cp.async" in pipelined.asm["ptx"]
-    assert (stages - 1) * tile <= pipelined.metadata.shared <= offline.H200_SHARED_BYTES
+    assert (stages - 1) * tile <= pipelined.metadata.shared <= offline_compile.H200_SHARED_BYTES
     assert "cp.async" not in grid.asm["ptx"] and grid.metadata.shared < tile

@@ -432,7 +432,7 @@ SNAC_CHECK = r"""
 import json
 import torch
 from engine.kernels import triton_snac
-from engine.models import snac
+from engine.models import snac_layers
 
 
 def params(c, dtype):
@@ -454,13 +454,13 @@ for dtype in (torch.float32, torch.bfloat16):
     name = "fp32" if dtype == torch.float32 else "bf16"
     for b, c, t in ((2, 5, 37), (3, 7, 1500), (1, 1, 1), (2, 3, 1024)):
         x, alpha = (torch.randn(b, c, t) * 2).to(dtype), params(c, dtype)
-        want = snac.snake(x.float(), alpha.float())
+        want = snac_layers.snake(x.float(), alpha.float())
         report[f"snake-{name}-{b}x{c}x{t}"] = errors(
-            triton_snac.snake(x, alpha), want, snac.snake(x, alpha)
+            triton_snac.snake(x, alpha), want, snac_layers.snake(x, alpha)
         )
     for d in (1, 3, 9):
         for b, c, t in ((2, 5, 37), (1, 3, 5), (2, 7, 600)):
-            unit = snac.ResidualUnit(c, d, groups=c)
+            unit = snac_layers.ResidualUnit(c, d, groups=c)
             with torch.no_grad():
                 unit.block[0].alpha.copy_(params(c, torch.float32))
                 unit.block[2].alpha.copy_(params(c, torch.float32).flip(1))
@@ -477,10 +477,10 @@ for dtype in (torch.float32, torch.bfloat16):
 # a per-channel bias added to x as the kernels read it (engine.codec_kernels folded), fp32
 for b, c, t in ((2, 5, 37), (1, 3, 600)):
     x, alpha, shift = torch.randn(b, c, t) * 2, params(c, torch.float32), torch.randn(c)
-    want = snac.snake(x + shift[:, None], alpha)
+    want = snac_layers.snake(x + shift[:, None], alpha)
     report[f"shift-snake-{b}x{c}x{t}"] = errors(triton_snac.snake(x, alpha, shift), want, want)
     for d in (1, 9):
-        unit = snac.ResidualUnit(c, d, groups=c)
+        unit = snac_layers.ResidualUnit(c, d, groups=c)
         with torch.no_grad():
             unit.block[1].weight.normal_(0, 0.4)
             unit.block[1].bias.normal_(0, 0.2)
@@ -851,13 +851,14 @@ import torch
 from tests import fake_flashinfer
 
 sys.modules["flashinfer"] = fake_flashinfer.module()
+from engine.config import KernelsConfig
 from engine.kernels.cuda_ops import CudaOps
 from engine.layers.attention import Attention, torch_paged_attention
 from engine.worker.step_inputs import StepInputs
 
 PAGE, SINK, Q_HEADS, KV_HEADS, DIM = 16, 30, 8, 2, 32
 model = torch.nn.ModuleDict({"a": Attention(64, Q_HEADS, KV_HEADS, DIM)}).to(torch.bfloat16)
-ops = CudaOps(model, torch.device("cpu"), PAGE, decode_attention="triton")
+ops = CudaOps(model, torch.device("cpu"), PAGE, config=KernelsConfig(decode_attention="triton"))
 cache = SimpleNamespace(page_size=PAGE, sink_page=SINK, sink_slot=9)
 inputs = StepInputs(64, 8, 8, torch.device("cpu"), slots=2)
 

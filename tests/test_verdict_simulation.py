@@ -14,8 +14,9 @@ import math
 import numpy as np
 import pytest
 
+from harness.analysis.block_model import Design, judge, schedule
 from harness.analysis.simulation import Noise, auto_rates, between_runs, rates, simulate
-from harness.analysis.stats import SLOWER, Design, Rule, judge, schedule
+from harness.analysis.verdict import SLOWER, Rule
 
 RUNS = 10_000
 DRIFT = Noise(server=0.05, block=0.05, drift=0.01)  # 1% per slot, steady through the run

@@ -12,13 +12,14 @@ from dataclasses import replace
 import pytest
 import torch
 
-from engine.config import ConfigError, load_scenario, parse_overrides
+from engine.config import ConfigError, parse_overrides
 from engine.messages import AddRequest, StepFrames
 from engine.serve import _worker_command
 from engine.worker.main import build_worker
 from engine.worker.timing import PhaseTimer
 from engine.worker.warmup import warm_up
 from harness.measure.server import ServerProcess
+from harness.scenario import load_scenario
 
 
 @pytest.fixture(autouse=True)

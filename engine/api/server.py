@@ -9,41 +9,33 @@ client that goes away mid-stream aborts its request, so the worker frees its pag
 When the worker is gone or the server stops, every open stream ends at once
 (docs/RELIABILITY.md). A body must arrive whole within `body_timeout_s` (else 408), in
 identity, gzip or deflate encoding (else 400); a client that goes away is logged at debug.
+Here: the app, its routes and error middleware, and the small endpoints; the text endpoints
+are completions.py's, what every endpoint does with a request on its way in intake.py's.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-from collections.abc import Callable
-from time import perf_counter
 
 import msgspec
 import msgspec.structs
 from aiohttp import web
 
-from engine.api.body import read_body
-from engine.api.metrics import CONTENT_TYPE, EngineMetrics, RequestTally
-from engine.api.replies import Reply, usage
+from engine.api.completions import chat_completions, completions
+from engine.api.intake import CLIENT, METRICS, STATE, _json_body, _limits, _submit
+from engine.api.metrics import CONTENT_TYPE, EngineMetrics
 from engine.api.speech import stream_pcm, validate_speech
 from engine.api.validate import (
     ApiError,
-    CompletionParams,
     Limits,
-    validate_chat,
-    validate_completion,
 )
 from engine.api.worker_client import STATS_TIMEOUT_S, WorkerClient, WorkerUnavailable
-from engine.messages import AddRequest, SpeechFormat
+from engine.messages import SpeechFormat
 from engine.tokenizer import Tokenizer, tokenizer_config, tokenizer_json
 
 log = logging.getLogger("engine.api")
-_json = msgspec.json.Encoder()
 
-CLIENT = web.AppKey("client", WorkerClient)
-STATE = web.AppKey("state", dict)
-METRICS = web.AppKey("metrics", EngineMetrics)
 # A scrape waits this long for the worker's pool; past it /metrics answers without its gauges.
 POOL_WAIT_S = 2.0
 
@@ -130,39 +122,6 @@ async def tokenizer_file(request: web.Request) -> web.Response:
     return web.Response(text=text, content_type="application/json")
 
 
-async def completions(request: web.Request) -> web.StreamResponse:
-    return await _reply(request, validate_completion, chat=False)
-
-
-async def chat_completions(request: web.Request) -> web.StreamResponse:
-    return await _reply(request, validate_chat, chat=True)
-
-
-async def _reply(
-    request: web.Request, validate: Callable[[object, Limits], CompletionParams], chat: bool
-) -> web.StreamResponse:
-    arrival = perf_counter()
-    client, state = request.app[CLIENT], request.app[STATE]
-    limits = _limits(state)
-    if state["speech"] is not None:
-        raise ApiError(404, f"{state['model']} speaks: its output is audio (/v1/audio/speech)")
-    params = validate(await _json_body(request), limits)
-    rid, queue = _submit(client, state, params)
-    tally = request.app[METRICS].request(len(params.prompt), arrival)
-    reply = Reply.of(rid, state["model"], chat)
-    done = False
-    try:
-        if params.stream:
-            response = await _stream(request, queue, params, reply, limits.tokenizer, tally)
-        else:
-            response = await _collect(client, queue, params, reply, limits.tokenizer, tally)
-        done = True
-        return response
-    finally:
-        tally.finish("abort")  # cut short (a reply that ended was counted by its reason)
-        client.release(rid, abort=not done)
-
-
 async def speech(request: web.Request) -> web.StreamResponse:
     client, state = request.app[CLIENT], request.app[STATE]
     limits = _limits(state)
@@ -177,122 +136,6 @@ async def speech(request: web.Request) -> web.StreamResponse:
         return response
     finally:
         client.release(rid, abort=not done)
-
-
-def _limits(state: dict) -> Limits:
-    """The request limits once the worker is ready; a 503 before."""
-    if state["limits"] is None:
-        raise ApiError(503, "the worker is still starting; poll /health")
-    return state["limits"]
-
-
-def _submit(client: WorkerClient, state: dict, params: CompletionParams):
-    """Send the request to the worker: its rid and the queue its frames arrive on."""
-    rid, queue = client.submit(lambda rid: _add_request(rid, params))
-    state["max_in_flight"] = max(state["max_in_flight"], client.in_flight)
-    return rid, queue
-
-
-async def _json_body(request: web.Request) -> object:
-    state = request.app[STATE]
-    return _parse_json(await read_body(request, state["max_body"], state["body_timeout_s"]))
-
-
-def _not_json(constant: str):
-    raise ValueError(f"{constant} is not JSON")
-
-
-def _parse_json(raw: bytes) -> object:
-    """A request body as JSON; anything else, however pathological, is a 400."""
-    try:
-        return json.loads(raw, parse_constant=_not_json)
-    except RecursionError:
-        raise ApiError(400, "malformed JSON body: nested too deeply") from None
-    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, an int over 4300 digits
-        raise ApiError(400, f"malformed JSON body: {str(exc)[:200]}") from None
-
-
-def _add_request(rid: int, p: CompletionParams) -> AddRequest:
-    return AddRequest(
-        rid=rid,
-        prompt=p.prompt,
-        max_tokens=p.max_tokens,
-        ignore_eos=p.ignore_eos,
-        temperature=p.temperature,
-        top_p=p.top_p,
-        top_k=p.top_k,
-        seed=p.seed,
-        logprobs=p.logprobs,
-    )
-
-
-def _logprobs(tokens: list[int], values: list[float] | None, tokenizer: Tokenizer) -> dict | None:
-    if values is None:
-        return None
-    return {"tokens": [tokenizer.decode([t]) for t in tokens], "token_logprobs": values}
-
-
-def _data(event: dict) -> bytes:
-    return b"data: " + _json.encode(event) + b"\n\n"
-
-
-async def _stream(
-    request,
-    queue,
-    params: CompletionParams,
-    reply: Reply,
-    tokenizer: Tokenizer,
-    tally: RequestTally,
-):
-    response = web.StreamResponse(
-        headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
-    )
-    await response.prepare(request)
-    text = tokenizer.stream()
-    produced = 0
-    while True:
-        frame = await queue.get()
-        if frame.tokens:
-            tally.frame(len(frame.tokens))
-            piece = "".join(text.step(t) for t in frame.tokens)
-            logprobs = _logprobs(frame.tokens, frame.logprobs, tokenizer)
-            await response.write(_data(reply.chunk(piece, frame.tokens, logprobs, not produced)))
-            produced += len(frame.tokens)
-        if frame.finish_reason is None:
-            continue
-        tally.finish(frame.finish_reason)
-        if frame.finish_reason == "error":
-            err = {"error": {"message": frame.error or "generation failed", "type": "server_error"}}
-            await response.write(_data(err))
-        else:
-            counts = usage(len(params.prompt), produced)
-            await response.write(_data(reply.final(frame.finish_reason, counts)))
-        await response.write(b"data: [DONE]\n\n")
-        await response.write_eof()
-        return response
-
-
-async def _collect(
-    client, queue, params: CompletionParams, reply: Reply, tokenizer: Tokenizer, tally: RequestTally
-):
-    tokens: list[int] = []
-    logprobs: list[float] = []
-    while True:
-        frame = await queue.get()
-        if frame.tokens:
-            tally.frame(len(frame.tokens))
-        tokens.extend(frame.tokens)
-        logprobs.extend(frame.logprobs or [])
-        if frame.finish_reason is not None:
-            break
-    tally.finish(frame.finish_reason)
-    if frame.finish_reason in ("error", "abort"):  # abort: ended by the server, not the client
-        status = 503 if client.unavailable else 500
-        raise ApiError(status, frame.error or client.unavailable or "generation failed")
-    shown = _logprobs(tokens, logprobs if params.logprobs else None, tokenizer)
-    counts = usage(len(params.prompt), len(tokens))
-    body = reply.whole(tokenizer.decode(tokens), tokens, shown, frame.finish_reason, counts)
-    return web.json_response(body, dumps=lambda obj: _json.encode(obj).decode())
 
 
 def build_app(

@@ -19,7 +19,7 @@ from engine.api.connections import connection_cap, listen, runner
 from engine.api.metrics import EngineMetrics
 from engine.api.server import build_app, on_ready
 from engine.api.worker_client import WorkerClient
-from engine.config import Scenario
+from engine.config import Served
 from engine.tokenizer import Tokenizer, TokenizerError, check_vocabulary
 
 # the server's log lines keep one name, whichever module writes them (docs/RELIABILITY.md)
@@ -31,7 +31,7 @@ WORKER_EXIT_S = 1.0  # the worker exits after Shutdown, else it is killed
 
 
 async def run_api(
-    scenario: Scenario,
+    served: Served,
     make_tokenizer: Callable[[int], Tokenizer],
     sock: socket.socket,
     ipc_path: str,
@@ -41,15 +41,15 @@ async def run_api(
     or the worker's end; the exit code. `make_tokenizer(vocab_size)`: the tokenizer, made once
     the worker reports the model's vocabulary (engine.tokenizer.tokenizer_for)."""
     host, port = sock.getsockname()[:2]
-    config = scenario.engine
-    metrics = EngineMetrics(scenario.name)
-    client = WorkerClient(ipc_path, config.stall_timeout_s, on_step=metrics.step)
+    guards, name = served.engine.parts.api, served.name
+    metrics = EngineMetrics(name)
+    client = WorkerClient(ipc_path, guards.stall_timeout_s, on_step=metrics.step)
     client.start()
-    max_body = max(1 << 20, config.max_model_len * 16 + (64 << 10))
-    app = build_app(client, scenario.name, max_body, config.body_timeout_s, metrics)
-    app_runner = runner(app, config.idle_timeout_s, HANDLERS_GRACE_S)
+    max_body = max(1 << 20, served.engine.parts.cache.max_model_len * 16 + (64 << 10))
+    app = build_app(client, name, max_body, guards.body_timeout_s, metrics)
+    app_runner = runner(app, guards.idle_timeout_s, HANDLERS_GRACE_S)
     await app_runner.setup()
-    listener = await listen(app_runner, sock, connection_cap(config.max_connections))
+    listener = await listen(app_runner, sock, connection_cap(guards.max_connections))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -74,7 +74,7 @@ async def run_api(
                 "tokenizer=%s",
                 host,
                 port,
-                scenario.name,
+                name,
                 ready.size,
                 ready.device,
                 f"{ready.parameters:,}",

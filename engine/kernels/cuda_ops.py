@@ -20,7 +20,7 @@
   Gated DeltaNet's tables (the piecewise runner's, padded to a token bucket) runs the conv, the
   recurrence and the split kernel on grids fixed by the bucket
   (`triton_gdn.gated_delta_fixed_grid`), whatever `gdn_prefill` says. The split kernel
-  launches as `gdn_split` says (engine/kernels/gdn_config.py; the default unless a benchmark
+  launches as `gdn_split` says (engine/config/gdn_split.py; the default unless a benchmark
   gives another).
 - Sampling: FlashInfer (gpu_sampler.py).
 """
@@ -30,9 +30,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from engine.config import KernelsConfig
 from engine.kernels import triton_argmax, triton_gdn, triton_gemm, triton_norms
 from engine.kernels.flashinfer_attention import FlashInferAttention
-from engine.kernels.gdn_config import SPLIT_DEFAULT, SPLIT_FROM_TOKENS, SplitConfig
 from engine.kernels.gpu_sampler import sample_on_gpu
 from engine.layers.attention import Attention, GatedAttention, torch_paged_attention
 from engine.layers.gated_delta import GatedDeltaNet, gdn_gates
@@ -59,26 +59,20 @@ class CudaOps:
         device: torch.device,
         page_size: int,
         slots: int = 2,
-        gdn_prefill: str = "auto",
-        decode_tensor_cores: bool = False,
-        piecewise_gdn: bool = False,
-        gdn_split: SplitConfig = SPLIT_DEFAULT,
-        gdn_split_from_tokens: int = SPLIT_FROM_TOKENS,
-        dense_kernel: str = "torch",
-        decode_attention: str = "flashinfer",
-        pipelined_decode: bool = False,
+        config: KernelsConfig = KernelsConfig(),
     ):
+        """`config`: the kernels' part of the engine's configuration (engine/config/kernels.py)."""
         self.device = device
         # engine.gdn_decode pipelined: decode rows' recurrence on the persistent kernel
-        self.pipelined_decode = pipelined_decode
-        self.dense_kernel = dense_kernel  # engine.dense_kernel: "torch", "triton" or "head"
+        self.pipelined_decode = config.gdn_decode == "pipelined"
+        self.dense_kernel = config.dense_kernel  # "torch", "triton" or "head"
         # the cached path's LM head (tied: the embeddings; restricted: some of their rows)
         self.head = getattr(model, "step_head", None)
-        self.gdn_prefill = gdn_prefill
-        self.gdn_split = gdn_split  # the split Gated DeltaNet kernel's launch configuration
-        self.gdn_split_from = gdn_split_from_tokens  # `auto`: the split kernel from this long
+        self.gdn_prefill = config.gdn_prefill
+        self.gdn_split = config.split  # the split Gated DeltaNet kernel's launch configuration
+        self.gdn_split_from = config.gdn_split_from_tokens  # `auto`: the split kernel from here
         # linear_attention can be captured in a CUDA graph on a step that staged its tables
-        self.linear_attention_capturable = piecewise_gdn
+        self.linear_attention_capturable = config.piecewise_gdn
         self.dtype = next(model.parameters()).dtype
         self.weights: dict[nn.Module, torch.Tensor] = {}  # norm -> fp32 scale
         self.packed: dict[tuple[nn.Linear, ...], tuple[torch.Tensor, list[int]]] = {}
@@ -93,8 +87,8 @@ class CudaOps:
                 if self.attention_backend is None and self.dtype != torch.float32:
                     self.attention_backend = FlashInferAttention(
                         module.heads, module.kv_heads, module.head_dim, page_size,
-                        self.dtype, device, slots, tensor_cores=decode_tensor_cores,
-                        decode_kernel=decode_attention,
+                        self.dtype, device, slots, tensor_cores=config.decode_tensor_cores,
+                        decode_kernel=config.decode_attention,
                     )  # fmt: skip
             elif isinstance(module, GatedDeltaNet):
                 proj = (module.in_proj_qkv, module.in_proj_z, module.in_proj_b, module.in_proj_a)
@@ -210,5 +204,5 @@ class CudaOps:
 
     sample = staticmethod(sample_on_gpu)
     # each row's greedy choice, the first maximum (a decode graph captures it): our two-pass
-    # kernel, where torch's one reduction a row took 33 us of a 32 MB read (session 8)
+    # kernel, where torch's one reduction a row is slow on a long vocabulary row
     argmax = staticmethod(triton_argmax.argmax)

@@ -27,7 +27,6 @@ from typing import NamedTuple
 
 import torch
 
-from engine.config import check_decode_attention
 from engine.kernels import flashinfer_import, triton_decode
 from engine.kernels.decode_config import SMS, decode_splits
 from engine.staging import CopyFences, pack_into
@@ -60,8 +59,6 @@ class FlashInferAttention:
         kernel with one query a row) instead of its CUDA-core decode kernel. `decode_kernel`:
         "flashinfer" (its decode wrappers) or "triton" (ours; no decode wrapper is built)."""
         flashinfer = flashinfer_import.flashinfer()
-
-        check_decode_attention(decode_kernel)
         self.tensor_cores = tensor_cores
         self.decode_kernel = decode_kernel
         self.shape = (q_heads, kv_heads, head_dim, page_size)

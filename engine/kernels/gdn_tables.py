@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-CHUNK = 32  # tokens a chunk of the split kernel (`gated_delta_chunked_split`'s default)
+from engine.config.gdn_split import CHUNK
 
 
 def max_chunks(max_tokens: int, max_rows: int, chunk: int = CHUNK) -> int:

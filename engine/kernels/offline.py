@@ -1,7 +1,7 @@
 """The engine's Triton kernels compiled without a GPU: each wrapper runs on CPU tensors at
-Qwen3.5-0.8B's shapes (the codec's at SNAC 24 kHz's) with its kernels' launches recorded
-instead of run, and each recorded
-launch is compiled for a CUDA target (sm_90, the H200) by Triton's compiler and ptxas.
+Qwen3.5-0.8B's shapes (the codec's at SNAC 24 kHz's: offline_steps.py) with its kernels'
+launches recorded instead of run (here), and each recorded launch is compiled for a CUDA
+target (sm_90, the H200) by Triton's compiler and ptxas (offline_compile.py).
 Used by tests/test_triton_compile.py (does every kernel compile, and every launch
 configuration of the split Gated DeltaNet kernel the benchmark's sweep tries, and the dense
 GEMM at every real shape (`record_gemm_launches`)?),
@@ -13,24 +13,14 @@ Needs the `triton` package; nothing here runs a kernel."""
 from __future__ import annotations
 
 import contextlib
-import inspect
-import multiprocessing
-import os
-import subprocess
-import tempfile
-from concurrent.futures import ProcessPoolExecutor
 from types import SimpleNamespace
 from typing import NamedTuple
 
 import torch
 import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
 
-from engine.batch import GdnTables
 from engine.kernels import (
     decode_config,
-    gdn_tables,
     triton_argmax,
     triton_decode,
     triton_gdn,
@@ -38,16 +28,15 @@ from engine.kernels import (
     triton_norms,
     triton_snac,
 )
-from engine.kernels.gdn_config import SPLIT_DEFAULT, SplitConfig
+from engine.kernels.gdn_config import SplitConfig
+from engine.kernels.offline_steps import (
+    _bucket_args,
+    _gdn_step,
+    _run_codec_wrappers,
+    _run_wrappers,
+    _staged_tables,
+)
 from engine.kernels.triton_launch import BoundKernel
-
-H200 = GPUTarget("cuda", 90, 32)
-H200_SHARED_BYTES = 232_448  # the most shared memory a block may have on sm_90 (227 KiB)
-_TYPES = {
-    torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32",
-    torch.int32: "i32", torch.int64: "i64",
-}  # fmt: skip
-
 
 # The parameters through which a kernel on a fixed grid reads its bounds from the device
 # (None: a grid sized on the host).
@@ -194,34 +183,6 @@ def record_gemm_launches(dtype: torch.dtype = torch.bfloat16) -> list[Launch]:
     return launches
 
 
-def _run_codec_wrappers(dtype: torch.dtype) -> None:
-    windows = 2
-    for channels, steps in ((1024, 16), (64, 8192)):
-        x = torch.zeros(windows, channels, steps, dtype=dtype)
-        triton_snac.snake(x, torch.ones(1, channels, 1, dtype=dtype))
-        # engine.codec_kernels folded: a bias handed on from the residual units (fp32)
-        triton_snac.snake(x, torch.ones(1, channels, 1, dtype=dtype), torch.zeros(channels))
-        # engine.codec_sine approx: the hardware's sine
-        triton_snac.snake(x, torch.ones(1, channels, 1, dtype=dtype), approx=True)
-        # engine.codec_kernels folded_noise: a noise block's input, with a shift and without
-        noise = torch.zeros(1, 1, steps, dtype=dtype)
-        triton_snac.shift_scale(x, torch.zeros(channels), noise)
-        triton_snac.shift_scale(x, None, noise)
-    for channels, steps, dilations in ((512, 128, (1, 3, 9)), (64, 8192, (9,))):
-        x = torch.zeros(windows, channels, steps, dtype=dtype)
-        alpha = torch.ones(1, channels, 1, dtype=dtype)
-        weight = torch.zeros(channels, 1, 7, dtype=dtype)
-        bias = torch.zeros(channels, dtype=dtype)
-        for dilation in dilations:
-            triton_snac.residual_snake_conv(x, alpha, weight, bias, alpha, dilation)
-            triton_snac.residual_snake_conv(
-                x, alpha, weight, bias, alpha, dilation, torch.zeros(channels)
-            )
-            triton_snac.residual_snake_conv(
-                x, alpha, weight, bias, alpha, dilation, torch.zeros(channels), approx=True
-            )
-
-
 def record_split_launches(
     split: SplitConfig, dtype: torch.dtype = torch.bfloat16, eager: bool = True
 ) -> list[Launch]:
@@ -237,195 +198,3 @@ def record_split_launches(
         args = _bucket_args(step, padded, dtype)
         triton_gdn.gated_delta_fixed_grid(*args, split=split)
     return launches
-
-
-class _GdnStep(NamedTuple):
-    """One prefill step's Gated DeltaNet inputs at 0.8b's shapes (rows of 1, 5 and 64 tokens)."""
-
-    meta: SimpleNamespace
-    mixed: torch.Tensor  # the conv's input (and the kernels' qkv)
-    conv: tuple[torch.Tensor, torch.Tensor]  # weight, state pool
-    ab: torch.Tensor
-    gates: tuple[torch.Tensor, torch.Tensor]  # A_log, dt_bias
-    state: torch.Tensor
-
-    @property
-    def args(self) -> tuple:
-        """The Gated DeltaNet wrappers' arguments up to the value dim."""
-        return (self.mixed, self.ab, self.ab, *self.gates, self.state, self.meta, K_HEADS, DIM,
-                DIM)  # fmt: skip
-
-
-K_HEADS, V_HEADS, DIM, TOKENS = 16, 16, 128, 70  # 0.8b's Gated DeltaNet; the step's tokens
-BUCKET, MAX_ROWS = 128, 256  # the padded step's bucket and the step inputs' row bound
-
-
-def _gdn_step(dtype: torch.dtype) -> _GdnStep:
-    rows = [1, 5, 64]
-    meta = SimpleNamespace(
-        num_rows=len(rows), num_new=rows, cu_seqlens=torch.tensor([0, 1, 6, 70], dtype=torch.int32),
-        token_row=torch.zeros(TOKENS, dtype=torch.int32),
-        cached=torch.zeros(3, dtype=torch.int32), state_slots=torch.zeros(3, dtype=torch.int32),
-    )  # fmt: skip
-    channels = 2 * K_HEADS * DIM + V_HEADS * DIM
-    return _GdnStep(
-        meta,
-        torch.zeros(TOKENS, channels, dtype=dtype),
-        (torch.zeros(channels, 4, dtype=dtype), torch.zeros(8, channels, 3, dtype=dtype)),
-        torch.zeros(TOKENS, V_HEADS, dtype=dtype),
-        (torch.zeros(V_HEADS), torch.zeros(V_HEADS)),
-        torch.zeros(8, V_HEADS, DIM, DIM, dtype=torch.float32),
-    )
-
-
-def _staged_tables(chunk: int) -> GdnTables:
-    """Tables as the step inputs stage them (their values do not matter to a compile)."""
-    i32 = dict(dtype=torch.int32)
-    chunks = gdn_tables.max_chunks(2048, MAX_ROWS, chunk)
-    return GdnTables(
-        torch.zeros(4, **i32), torch.zeros(chunks, **i32), torch.zeros(chunks, **i32),
-        torch.zeros(MAX_ROWS + 1, **i32), MAX_ROWS, chunk,
-    )  # fmt: skip
-
-
-def _bucket_args(step: _GdnStep, padded: SimpleNamespace, dtype: torch.dtype) -> tuple:
-    """The Gated DeltaNet wrappers' arguments for `step` padded to BUCKET tokens."""
-    mixed = torch.zeros(BUCKET, step.mixed.shape[1], dtype=dtype)
-    ab = torch.zeros(BUCKET, V_HEADS, dtype=dtype)
-    return (mixed, ab, ab, *step.gates, step.state, padded, K_HEADS, DIM, DIM)
-
-
-def _run_wrappers(dtype: torch.dtype) -> None:
-    tokens, hidden, heads, head_dim = TOKENS, 1024, 8, 256
-    x = torch.zeros(tokens, hidden, dtype=dtype)
-    w = torch.zeros(hidden, dtype=torch.float32)
-    triton_norms.rms_norm(x, w, 1e-6)
-    triton_norms.rms_norm(x, w, 1e-6, residual=x.clone())
-    q = torch.zeros(tokens, heads, head_dim, dtype=dtype)
-    cos = torch.zeros(tokens, 32, dtype=torch.float32)
-    triton_norms.head_norm_rope(q, torch.zeros(head_dim), cos, cos, 1e-6)
-    heads_3b = torch.zeros(tokens, 3 * 24 * 128, dtype=dtype)[:, : 24 * 128]  # Llama's q view
-    full = torch.zeros(tokens, 64, dtype=torch.float32)  # full rotary: head_dim / 2
-    triton_norms.rope(heads_3b.view(tokens, 24, 128), full, full)
-    core = torch.zeros(tokens, V_HEADS, DIM, dtype=dtype)
-    triton_norms.gated_norm(core, torch.zeros(tokens, V_HEADS * DIM, dtype=dtype), w[:DIM], 1e-6)
-    triton_norms.silu_mul(torch.zeros(tokens, 2 * 3584, dtype=dtype))
-    cache = torch.zeros(64, 16, 2, 256, dtype=dtype)
-    kv = torch.zeros(tokens, 2, 256, dtype=dtype)
-    triton_norms.store_kv(kv, kv, cache, cache, torch.zeros(tokens, dtype=torch.int64))
-    triton_argmax.argmax(torch.zeros(64, 248_320, dtype=dtype))  # a decode graph's greedy choice
-    step = _gdn_step(dtype)
-    meta = step.meta
-    triton_gdn.causal_conv(step.mixed, *step.conv, meta)
-    decode = SimpleNamespace(**vars(meta), is_decode=True)  # one token a row: the fused conv
-    triton_gdn.causal_conv(step.mixed[:3], *step.conv, decode)
-    triton_gdn.gated_delta_recurrent(*step.args)
-    for chunk in (16, 32, 64):
-        triton_gdn.gated_delta_chunked(*step.args, chunk=chunk)
-        triton_gdn.gated_delta_chunked_split(*step.args, split=SplitConfig(chunk=chunk))
-    for kind in ("triton", "triton_split"):  # row 0 (1 token) recurrent, the rest from ROW0=1
-        triton_gdn.gated_delta_prefill(kind, *step.args)
-    triton_gdn.gated_delta_prefill("triton", *step.args, pipelined=True)  # engine.gdn_decode
-    # the step padded to a bucket, its tables staged
-    padded = SimpleNamespace(**vars(meta), gdn_tables=_staged_tables(SPLIT_DEFAULT.chunk))
-    args = _bucket_args(step, padded, dtype)
-    triton_gdn.causal_conv(args[0], *step.conv, padded)
-    triton_gdn.gated_delta_fixed_grid(*args)
-
-
-def source(kernel, args, constexprs, attrs: dict | None = None) -> ASTSource:
-    """The ASTSource of one recorded launch: tensors become typed pointers, ints i32, floats
-    fp32, keyword arguments and None constexprs, in the kernel's parameter order; `attrs` the
-    specialisation hints (`specialisation`), none by default."""
-    names = [p.name for p in kernel.params]
-    given = dict(zip(names, args, strict=False))
-    constexprs = {**constexprs, **{n: None for n, v in given.items() if v is None}}
-    for param in kernel.params:  # a constexpr left to its default (`PDL`, `LINES`)
-        if param.name not in given and param.name not in constexprs:
-            if param.default is not inspect.Parameter.empty:
-                constexprs[param.name] = param.default
-    signature = {}
-    for name in names:
-        value = given.get(name)
-        if name in constexprs:
-            signature[name] = "constexpr"
-        elif isinstance(value, torch.Tensor):
-            signature[name] = "*" + _TYPES[value.dtype]
-        elif isinstance(value, bool):
-            signature[name] = "i1"
-        elif isinstance(value, int):
-            signature[name] = "i32"
-        elif isinstance(value, float):
-            signature[name] = "fp32"
-        else:
-            raise ValueError(f"{kernel.fn.__name__}: no argument for {name}")
-    return ASTSource(fn=kernel, signature=signature, constexprs=dict(constexprs), attrs=attrs)
-
-
-def specialisation(launch: Launch) -> dict:
-    """The divisibility hints the JIT gives a launch on the GPU (`Launch.variant`'s marks): a
-    16-byte aligned tensor, an int divisible by 16. Without them the compiler cannot prove a
-    vector load aligned: its loads go scalar and its loops unpipelined (the skinny GEMM: 255
-    registers and spills, no cp.async, against 80 registers and 4 stages with them)."""
-    index = {p.name: i for i, p in enumerate(launch.kernel.params)}
-    marks = launch.variant[-1]
-    return {(index[mark[0]],): [["tt.divisibility", 16]] for mark in marks if mark[-1]}
-
-
-def compile_launch(launch: Launch, num_warps: int | None = None, specialise: bool = False):
-    """The compiled kernel (its `asm` holds ptx and cubin; `metadata.shared` its shared memory)
-    of one recorded launch, with the launch's options (`num_warps` given here overrides);
-    `specialise`: with the JIT's divisibility hints, as the GPU compiles it (`specialisation`)."""
-    options = {**launch.options} | ({"num_warps": num_warps} if num_warps else {})
-    attrs = specialisation(launch) if specialise else None
-    return triton.compile(
-        source(launch.kernel, launch.args, launch.constexprs, attrs), target=H200, options=options
-    )
-
-
-class SplitCompile(NamedTuple):
-    """One compiled launch of the split kernel under a config."""
-
-    split: SplitConfig
-    kernel: str
-    shared: int  # bytes of shared memory a block takes
-    cubin: bool  # a cubin came out
-
-
-def compile_split_configs(
-    configs: list[SplitConfig], workers: int | None = None
-) -> list[SplitCompile]:
-    """Every distinct launch of the split kernel's captured form (`record_split_launches`,
-    `eager=False`) under `configs`, compiled for sm_90 in `workers` processes (default: one
-    a core); a launch two configs share is compiled once, under the first."""
-    jobs, seen = [], set()
-    for split in configs:
-        for index, launch in enumerate(record_split_launches(split, eager=False)):
-            if launch.key not in seen:
-                seen.add(launch.key)
-                jobs.append((split, index))
-    context = multiprocessing.get_context("spawn")  # no fork of a process holding torch threads
-    with ProcessPoolExecutor(workers or os.cpu_count(), mp_context=context) as pool:
-        return list(pool.map(_compile_split_job, jobs))
-
-
-def _compile_split_job(job: tuple[SplitConfig, int]) -> SplitCompile:
-    split, index = job
-    launch = record_split_launches(split, eager=False)[index]
-    binary = compile_launch(launch)
-    return SplitCompile(split, launch.kernel.fn.__name__, binary.metadata.shared,
-                        bool(binary.asm["cubin"]))  # fmt: skip
-
-
-def ptxas_report(compiled) -> str:
-    """`ptxas -v`'s line on a compiled kernel's PTX: registers, stack, spill bytes."""
-    ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
-    with tempfile.NamedTemporaryFile("w", suffix=".ptx") as ptx:
-        ptx.write(compiled.asm["ptx"])
-        ptx.flush()
-        done = subprocess.run(
-            [ptxas, "-v", "--gpu-name", "sm_90a", ptx.name, "-o", os.devnull],
-            capture_output=True, text=True, check=True,
-        )  # fmt: skip
-    lines = [line.split("ptxas info    :")[-1].strip() for line in done.stderr.splitlines()]
-    return " | ".join(line for line in lines if "spill" in line or "registers" in line)

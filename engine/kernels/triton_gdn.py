@@ -26,7 +26,7 @@ slot index: no gather of a batch's states, no scatter back.
   `ROW_RANGE`, `CHUNKS`; None: a grid sized on the host) and their programs past them exit,
   or (`PERSISTENT`) fewer programs stride over them.
 
-The split kernel launches as a `SplitConfig` says (engine/kernels/gdn_config.py: chunk, value
+The split kernel launches as a `SplitConfig` says (engine/config/gdn_split.py: chunk, value
 blocks, warps, stages, the fixed grids' program counts, the scores option); the default is
 the launch it always had.
 
@@ -42,7 +42,7 @@ import torch
 import triton
 import triton.language as tl
 
-from engine.kernels.gdn_config import SPLIT_DEFAULT, SPLIT_FROM_TOKENS, SplitConfig
+from engine.config.gdn_split import SPLIT_DEFAULT, SPLIT_FROM_TOKENS, SplitConfig
 from engine.kernels.gdn_tables import chunk_tables, max_chunks, one_token_prefix
 from engine.kernels.triton_launch import bound
 from engine.kernels.triton_pdl import pdl_start
@@ -205,8 +205,8 @@ def _row_state_tile(
 
 # A step's first row (ROW0: a mixed step's leading decode rows, 0, 1, 3, 16, ...) is not
 # specialised: Triton would compile a variant for ints divisible by 16 and one for the rest,
-# each compile of these kernels seconds long, paid inside a server's first steps (session 7:
-# a fresh server's first minutes ran at a few hundred tok/s). See `_chunk_tables` too.
+# each compile of these kernels seconds long, paid inside a server's first steps (a fresh
+# server's first minutes then run at a few hundred tok/s). See `_chunk_tables` too.
 _PER_STEP = ["ROW0"]
 
 
@@ -327,14 +327,13 @@ def _gdn_decode_pipelined_kernel(
 
 # The recurrence's launch (a decode step's Gated DeltaNet, the leading one-token rows of a
 # mixed step): value columns a program and warps a program. benchmarks/bench_gdn_kernels.py
-# --recurrent times others (session 8's decode profile: 39.6 us a layer at batch 64, 72% of
-# the H200's bandwidth for its fp32 state). Session 9's sweep (one layer call, 0.8b, fp32
-# state): 64 columns x 4 warps 45.6 us at 64 rows, 82.1 at 128, against 32 x 4's 46.8 and
-# 88.9, the best of the 16 at both; 1 warp a program spills at 64 columns and more (~300 us).
+# --recurrent times others (at batch 64 the recurrence reads its fp32 state at ~72% of the
+# H200's bandwidth). Of the 16 launches swept (one layer call, 0.8b, fp32 state) 64 columns x
+# 4 warps is the fastest at 64 and 128 rows; 1 warp a program spills at 64 columns and more.
 RECURRENT_BV, RECURRENT_WARPS = 64, 4
 # The recurrence's two sums in one pass over the incoming state (`_recurrent_row`'s ONE_PASS),
 # against the sum of the updated state: `bench_gdn_kernels --recurrent` times both forms of the
-# engine's launch. Off: slower on the H200 (session 14: 45.4 -> 52.2 us at 64 rows).
+# engine's launch. Off: slower on the H200 (about 15% at 64 rows).
 RECURRENT_ONE_PASS = False
 
 

@@ -114,6 +114,17 @@ def rows_to(values, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     return host.pin_memory().to(device, non_blocking=True)
 
 
+def take_rows(values: torch.Tensor, rows: list[int]) -> torch.Tensor:
+    """values[rows] without waiting for the GPU: a run of consecutive rows is a view, any
+    other choice is gathered by an index sent from pinned memory (`rows_to`). Indexing a
+    CUDA tensor by a Python list copies the list from pageable memory, which waits for
+    everything queued on the stream first (INVARIANTS 46)."""
+    first = rows[0] if rows else 0
+    if rows == list(range(first, first + len(rows))):
+        return values[first : first + len(rows)]
+    return values.index_select(0, rows_to(rows, torch.int64, values.device))
+
+
 def row_temperatures(params: list[SamplingParams], device: torch.device) -> torch.Tensor:
     """Per row: the effective temperature, 1 for greedy rows (their log-prob's scale)."""
     temps = [effective_temperature(p.temperature) or 1.0 for p in params]

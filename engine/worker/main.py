@@ -54,9 +54,9 @@ def _die_with_parent() -> None:
 def build_engine(model_spec: ModelSpec, config: EngineConfig) -> tuple[Engine, NodeSubmodule]:
     """The first node's engine (its model, cache, scheduler) under the logit mask its node
     declares, and the node: the worker's, and the step benchmark's (bench_gpu_step)."""
-    spec = model_spec
+    spec, device = model_spec, config.parts.device
     model = build_model(
-        spec.arch, spec.preset, spec.seed, config.dtype, config.device, path=spec.path
+        spec.arch, spec.preset, spec.seed, device.dtype, device.device, path=spec.path
     )
     node = build_node(spec.arch, model, spec.eos_token_ids)
     engine = Engine(model, config, logit_mask=node.sampling_window, logit_span=node.sampling_span)
@@ -72,46 +72,48 @@ def build_worker(
     """A worker over the scenario's model and engine settings, as this process runs it; the
     benchmarks build theirs here too, so they measure the production assembly (the start-up
     warmup is `run`'s: the benchmarks run warm-up steps of their own)."""
-    spec = model_spec
+    spec, parts = model_spec, config.parts
     engine, node = build_engine(spec, config)
+    codec, device = parts.codec, parts.device
     streams = build_streams(
         spec.arch,
         spec.preset,
         spec.seed,
-        config.dtype,
-        config.device,
-        config.codec_kernels,
-        config.codec_sine,
+        device.dtype,
+        device.device,
+        codec.codec_kernels,
+        codec.codec_sine,
     )
     stages = [
         StreamStage(
             network,
             stream_node,
             timer,
-            config.state_slots * 2,
-            config.runtime_stops,
-            graphs=config.codec_graphs,
-            max_windows=config.max_rows,
-            overlap=config.codec_overlap,
+            engine.cache.slots.size * 2,
+            parts.loop.runtime_stops,
+            graphs=codec.codec_graphs,
+            max_windows=parts.scheduler.max_rows,
+            overlap=codec.codec_overlap,
         )
         for network, stream_node in streams
     ]
-    return Worker(
-        engine,
-        node,
-        timer,
-        send,
-        runtime_stops=config.runtime_stops,
-        planted_delay_us=config.planted_delay_us,
-        overlap=config.overlap,
-        stages=stages,
-    )
+    return Worker(engine, node, timer, send, loop=parts.loop, stages=stages)
 
 
-def run(model_spec: ModelSpec, config: EngineConfig, ipc_dir: str, server: str, size: str) -> None:
-    period = env.phase_timing_period()
-    if config.device == "cpu":
-        torch.set_num_threads(max(1, config.cpu_threads))
+def run(
+    model_spec: ModelSpec, config: EngineConfig, ipc_dir: str, server: str, size: str, period: int
+) -> None:
+    """Serve the API server at `ipc_dir` until stopped; `period`: the phase-timing period in
+    iterations (0: off), as the server read it from the environment."""
+    if (cores := env.worker_cpus()) is not None:  # the harness's layout on a CPU run
+        try:
+            os.sched_setaffinity(0, cores)
+        except OSError as exc:
+            raise EnvError(
+                f"{env.WORKER_CPUS.name}: cannot pin to {sorted(cores)}: {exc}"
+            ) from None
+    if config.parts.device.device == "cpu":
+        torch.set_num_threads(max(1, config.parts.device.cpu_threads))
     ctx = zmq.Context()
     ended: list[str] = []
     try:
@@ -130,7 +132,7 @@ def run(model_spec: ModelSpec, config: EngineConfig, ipc_dir: str, server: str, 
             outbox.send(encode(msg))
 
         worker = build_worker(model_spec, config, timer, send)
-        if config.warmup:  # the kernels compile here, not under the first requests
+        if config.parts.loop.warmup:  # the kernels compile here, not under the first requests
             warm_up(worker)
         else:
             log.info("warmup: off (engine.warmup: false)")
@@ -146,7 +148,7 @@ def run(model_spec: ModelSpec, config: EngineConfig, ipc_dir: str, server: str, 
                 device=str(worker.engine.device),
                 parameters=worker.engine.model.num_parameters(),
                 vocab_size=worker.engine.model.config.vocab_size,
-                max_model_len=config.max_model_len,
+                max_model_len=config.parts.cache.max_model_len,
                 eos_token_ids=list(worker.node.eos_token_ids),
                 speech=architecture(model_spec.arch).speech,
             )
@@ -193,16 +195,16 @@ def _serve(worker: Worker, inbox: zmq.Socket, ended: list[str]) -> None:
 def main(argv: list[str] | None = None) -> int:
     """The worker's exit code: 0 after a stop, 2 for a configuration error, 1 for a failure."""
     parser = argparse.ArgumentParser(prog="engine.worker.main")
-    parser.add_argument("--spec", required=True, help="JSON: {model, engine, size}")
+    parser.add_argument("--spec", required=True, help="JSON: {model, engine, size, period}")
     parser.add_argument("--ipc-dir", required=True)
     parser.add_argument("--server-id", required=True)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s worker %(levelname)s %(message)s")
     _die_with_parent()
     spec = json.loads(args.spec)
-    model, engine = ModelSpec(**spec["model"]), EngineConfig(**spec["engine"])
     try:
-        run(model, engine, args.ipc_dir, args.server_id, spec["size"])
+        model, engine = ModelSpec(**spec["model"]), EngineConfig(**spec["engine"])
+        run(model, engine, args.ipc_dir, args.server_id, spec["size"], spec["period"])
     except (ConfigError, EnvError) as exc:  # the user's to fix: one line, not a traceback
         log.error("cannot start the worker: %s", exc)
         return 2

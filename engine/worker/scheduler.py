@@ -16,7 +16,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from engine.cache import KVCache
-from engine.config import EngineConfig
+from engine.config.scheduler import SchedulerConfig
 from engine.worker.request import Request
 
 
@@ -35,7 +35,7 @@ class ScheduledRow:
 
 
 class Scheduler:
-    def __init__(self, config: EngineConfig, cache: KVCache):
+    def __init__(self, config: SchedulerConfig, cache: KVCache):
         self.config = config
         self.cache = cache
         self.waiting: deque[Request] = deque()

@@ -31,9 +31,10 @@ def warm_up(worker: Worker) -> str:
     """Run the warmup's steps on the worker's engine, sending nothing and recording no span;
     what ran, as the log line says it."""
     engine, start = worker.engine, time.perf_counter()
-    config, vocab = engine.config, engine.model.config.vocab_size
-    split, decoding = config.gdn_split_from_tokens, DECODE_STEPS + 1
-    longest = max(1, min(config.max_tokens_per_step, config.max_model_len - decoding - 1))
+    parts, vocab = engine.config.parts, engine.model.config.vocab_size
+    split, decoding = parts.kernels.gdn_split_from_tokens, DECODE_STEPS + 1
+    room = parts.cache.max_model_len - decoding - 1
+    longest = max(1, min(parts.scheduler.max_tokens_per_step, room))
 
     def throwaway(n: int, tokens: int, max_tokens: int = 1, **sampling) -> AddRequest:
         """Request -n (no API server's id is negative), its prompt clipped to fit a step."""
@@ -50,7 +51,7 @@ def warm_up(worker: Worker) -> str:
             throwaway(5, split, decoding, temperature=1.0, seed=5),
         ],
         [],  # a decode step, then a prompt beside the decoding rows
-        [throwaway(6, split // 2, temperature=0)] if config.mixes else [],
+        [throwaway(6, split // 2, temperature=0)] if parts.scheduler.mixes else [],
     ]
     arrived, steps = engine.arrivals, []
     while arrivals or engine.scheduler.has_work():

@@ -18,6 +18,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from engine.config.loop import LoopConfig
 from engine.messages import Abort, AddRequest, GetStats, StepFrames, TokenFrame, WorkerStats
 from engine.runtime.graph import NodeSubmodule, StopCheck
 from engine.runtime.postprocess import PhasedPostprocess, StepOutput
@@ -42,8 +43,9 @@ from engine.spans import (
     NodeSpans,
     lap,
 )
-from engine.worker.engine import Engine, PendingStep
+from engine.worker.engine import Engine
 from engine.worker.node_postprocess import postprocess_step, stop_rows
+from engine.worker.pending_step import PendingStep
 from engine.worker.planted import spin
 from engine.worker.stream_stage import StreamStage
 from engine.worker.timing import PhaseTimer, now_ns
@@ -58,24 +60,23 @@ class Worker:
         node: NodeSubmodule,
         timer: PhaseTimer,
         send: Callable[[object], None],
-        runtime_stops: bool = True,
-        planted_delay_us: int = 0,
-        overlap: bool = False,
+        loop: LoopConfig = LoopConfig(),
         stages: list[StreamStage] | None = None,
     ):
-        """`stages`: the nodes after the first, in stream order (none for most models)."""
+        """`loop`: the loop's part of the configuration (engine/config/loop.py); `stages`: the
+        nodes after the first, in stream order (none for most models)."""
         self.engine = engine
         self.node = node
         self.timer = timer
         self.send = send
-        self.runtime_stops = runtime_stops
-        self.planted_delay_s = planted_delay_us / 1e6
-        self.runtime = GraphRuntime(node.graph, capacity=engine.config.state_slots * 2)
+        self.runtime_stops = loop.runtime_stops
+        self.planted_delay_s = loop.planted_delay_us / 1e6
+        self.runtime = GraphRuntime(node.graph, capacity=engine.cache.slots.size * 2)
         for walk in node.graph.walks:  # declared once, at startup
             self.runtime.declare_stop_policies(walk, node.get_stop_policies(walk))
         self.postprocess = PhasedPostprocess(self.runtime)
         self._launch_ns = (0, 0, 0)  # the last launch's start, scheduled, launched (timing on)
-        self.overlap = overlap  # launch step N+1 before postprocessing step N
+        self.overlap = loop.overlap  # launch step N+1 before postprocessing step N
         self._in_flight: PendingStep | None = None  # launched, not yet postprocessed
         # engine.prefill_stream: the prefill step on the prefill stream, not yet postprocessed
         self._prefill: PendingStep | None = None
@@ -230,7 +231,7 @@ class Worker:
         scheduler, prompts = self.engine.scheduler, []
         if not scheduler.has_work():
             rows = []
-        elif self.engine.config.prefill_stream:
+        elif scheduler.config.prefill_stream:
             rows, prompts = scheduler.schedule_apart(prefill_busy=self._prefill is not None)
         else:
             rows = scheduler.schedule()

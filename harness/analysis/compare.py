@@ -1,5 +1,5 @@
 """The A/B comparison of one run: figures with paired changes, servers, phases, message costs
-and the doubts that qualify them, as one JSON-ready `Comparison` (summary.json holds it).
+and the doubts that qualify them, made into one `Comparison` (comparison.py's record).
 
 Pure: frames in, dataclasses out. The terminal (harness/show/comparison.py) and the report
 (harness/show/report/) lay it out and compute nothing of their own.
@@ -7,159 +7,31 @@ Pure: frames in, dataclasses out. The terminal (harness/show/comparison.py) and 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Collection, Mapping
-from dataclasses import asdict, dataclass, field
 
-import msgspec
 import pandas as pd
 
-from harness.analysis import metrics, phases
+from harness.analysis import phases, server_figures
+from harness.analysis.comparison import (
+    Comparison,
+    FigureRow,
+    MessageRow,
+    PhaseRow,
+    ServerRow,
+)
 from harness.analysis.doubts import comparison_doubts
 from harness.analysis.interference import interference_doubt
-from harness.analysis.schema import LETTERS, SCHEMA_VERSION, SERVER_KEY, empty
-from harness.analysis.stats import (
-    BETWEEN_RUNS,
-    IN_BLOCKS,
-    SLOWER,
-    Change,
-    Rule,
-    paired_change,
-    run_change,
-    valid,
-    worse_by,
-)
+from harness.analysis.schema import LETTERS, SERVER_KEY, empty
+from harness.analysis.stats import BETWEEN_RUNS, IN_BLOCKS, paired_change, run_change, valid
+from harness.analysis.verdict import Rule
 
 HEADLINE = "output_tok_per_s"
 # The statistics a Comparison was made with: 2 since issue 11 (the block + arm model, the
 # equivalence margin, the headline alone deciding); 3 since one block gives no verdict
-# (stats.MIN_BLOCKS); 4 since significance comes first (an interval that excludes 0 is a
+# (block_model.MIN_BLOCKS); 4 since significance comes first (an interval that excludes 0 is a
 # verdict however small; the exit code trips at Rule.fail_at), and a server whose headline is
 # not finite and positive is a failed server. A summary.json without the field is 1.
 STATISTICS = 4
-
-
-@dataclass
-class FigureRow:
-    figure: str
-    label: str
-    unit: str
-    higher_is_better: bool
-    a: float | None  # the arm's pooled value (metrics.arm_summary)
-    b: float | None
-    change: Change  # paired over servers (stats.paired_change)
-    servers_a: list[float | None]  # per-server values in schedule order
-    servers_b: list[float | None]
-
-
-@dataclass
-class ServerRow:
-    block: int
-    slot: int
-    letter: str
-    arm: str
-    healthy: bool
-    requests: int
-    failed: int
-    output_tok_per_s: float | None
-    error: str | None
-
-
-@dataclass
-class PhaseRow:
-    name: str
-    a_ms: float | None  # ms per worker iteration, the arm's servers pooled
-    b_ms: float | None
-    change: Change
-
-
-@dataclass
-class MessageRow:
-    name: str
-    parent: str | None  # the message a stage lap belongs to
-    a_ms: float | None  # ms per request, the arm's servers pooled
-    b_ms: float | None
-
-
-@dataclass
-class Comparison:
-    labels: dict[str, str]  # letter -> the manifest's label of the arm
-    headline: str
-    blocks: int
-    rule: Rule  # the headline's and postprocess work's; the rest: rule.family(family)
-    figures: list[FigureRow]
-    servers: list[ServerRow]
-    phases: list[PhaseRow]
-    postprocess_waits: list[str]
-    messages: list[MessageRow]
-    doubts: list[str] = field(default_factory=list)
-    schema_version: int = SCHEMA_VERSION
-    family: int = 0  # the other figures and phases, judged together (Bonferroni)
-    unit: str = IN_BLOCKS  # IN_BLOCKS or BETWEEN_RUNS
-    statistics: int = 1  # STATISTICS for every comparison compare() makes
-    # Servers (or recorded runs) whose headline is not a finite positive value: failed, and
-    # left out of every figure; `failed_servers` says so with its doubt.
-    failed_servers: list[str] = field(default_factory=list)
-    # What ran beside the servers differed between them beyond interference.Bounds: the
-    # verdict is withheld (exit 5), unless the run was told to allow it.
-    interference: str | None = None
-    interference_allowed: bool = False
-
-    @property
-    def family_rule(self) -> Rule:
-        return self.rule.family(self.family)
-
-    @property
-    def headline_row(self) -> FigureRow | None:
-        return next((f for f in self.figures if f.figure == self.headline), None)
-
-    @property
-    def slower_by(self) -> float | None:
-        """How much slower B's headline is (its point estimate, 0.03: 3%) where its verdict
-        is "slower"; None otherwise."""
-        row = self.headline_row
-        if row is None or row.change.verdict != SLOWER:
-            return None
-        return worse_by(row.change, row.higher_is_better)
-
-    @property
-    def regression(self) -> bool:
-        """B's headline figure is slower, with confidence, by at least `rule.fail_at`: the
-        exit code's 1. A smaller significant slowdown is a verdict, not a failure; a verdict
-        withheld for interference is neither."""
-        slower = self.slower_by
-        enough = slower is not None and slower >= self.rule.fail_at - 1e-12
-        return enough and not self.withheld
-
-    @property
-    def withheld(self) -> bool:
-        """The verdict is withheld: the servers saw different loads from outside the run."""
-        return self.interference is not None and not self.interference_allowed
-
-    @property
-    def empty_arms(self) -> list[str]:
-        """The letters with no server whose headline can be compared: no result."""
-        values = {letter: [] for letter in LETTERS}
-        row = self.headline_row
-        if row is not None:
-            values = {"A": row.servers_a, "B": row.servers_b}
-        return [x for x in LETTERS if not any(_is_value(v) for v in values[x])]
-
-    @property
-    def failed(self) -> bool:
-        """A server failed, or an arm has none left: the run's exit code is never 0."""
-        return bool(self.failed_servers or self.empty_arms)
-
-    def to_json(self) -> dict:
-        """Plain types only; NaN becomes None (summary.json is strict JSON)."""
-        derived = {"regression": self.regression, "empty_arms": self.empty_arms}
-        derived |= {"withheld": self.withheld}
-        return _plain(asdict(self) | derived | {"slower_by": self.slower_by})
-
-    @classmethod
-    def from_json(cls, data: Mapping) -> Comparison:
-        """The comparison `to_json` wrote (keys it does not know are left out)."""
-        return msgspec.convert(data, cls)
 
 
 def compare(
@@ -179,7 +51,7 @@ def compare(
     """Compare arm B against arm A, the rows told apart by their letter (so an A/A run of one
     arm works). `labels` maps "A"/"B" to the manifest's arm labels; `external` names the
     letters whose arm is an external URL (no spans expected); `audio` says the load was
-    speech, whose figures are audio-seconds/s, TTFA, E2E and RTF (metrics.figures). With
+    speech, whose figures are audio-seconds/s, TTFA, E2E and RTF (server_figures.figures). With
     `unit=BETWEEN_RUNS` the rows' `block` names a recorded run, and each run is one replicate
     (stats.run_change).
 
@@ -190,16 +62,16 @@ def compare(
     if spans is None or spans.empty:
         spans = empty("spans")
     servers_frame = servers
-    every_server = metrics.server_summary(requests, servers, audio)
+    every_server = server_figures.server_summary(requests, servers, audio)
     failed = _failed(every_server, headline)
     if failed:  # their other figures would describe the fault, not the arm
         requests, spans = (_without(frame, failed) for frame in (requests, spans))
         servers = _without(servers, failed)
-    per_server = metrics.server_summary(requests, servers, audio)
-    per_arm = metrics.arm_summary(requests, servers, audio).set_index("letter")
+    per_server = server_figures.server_summary(requests, servers, audio)
+    per_arm = server_figures.arm_summary(requests, servers, audio).set_index("letter")
     shown = _blanked(every_server, failed)  # every server in schedule order, failed ones None
     phase_values = phases.phase_table(spans, phases.BY_SERVER, waits)
-    listed = metrics.figures(audio)
+    listed = server_figures.figures(audio)
     designated = {headline, phases.POSTPROCESS_WORK}
     family = len({f.name for f in listed} - designated)
     family += len(set(phase_values["name"]) - designated)
@@ -250,10 +122,6 @@ def _errored(servers: pd.DataFrame) -> set[tuple]:
     return set(servers.loc[has, SERVER_KEY].itertuples(index=False, name=None))
 
 
-def _is_value(value) -> bool:
-    return value is not None and bool(valid(pd.Series([value], dtype=float)).iloc[0])
-
-
 def _failed(per_server: pd.DataFrame, headline: str) -> list[tuple[str, tuple]]:
     """The A/B servers whose headline is not a finite positive value (0 tok/s, a negative or
     NaN or inf figure): (name, server key) in schedule order."""
@@ -300,7 +168,7 @@ def _judge(unit: str):
 
 
 def _figure_row(
-    fig: metrics.Figure, per_server, shown, per_arm, judge, rule: Rule, plan: bool
+    fig: server_figures.Figure, per_server, shown, per_arm, judge, rule: Rule, plan: bool
 ) -> FigureRow:
     values = _values(per_server, fig.name)
     listed = _values(shown, fig.name)
@@ -368,15 +236,3 @@ def _server_rows(per_server: pd.DataFrame, servers: pd.DataFrame) -> list[Server
         )
         for r in per_server.itertuples(index=False)
     ]
-
-
-def _plain(value):
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    if hasattr(value, "item"):  # numpy scalar
-        value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value

@@ -5,17 +5,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection
-from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from harness.analysis.block_model import MIN_BLOCKS
+from harness.analysis.comparison import Comparison
 from harness.analysis.phases import POSTPROCESS_WORK
 from harness.analysis.schema import LETTERS
 from harness.analysis.stalls import StartStall, start_stalls
-from harness.analysis.stats import IN_BLOCKS, MIN_BLOCKS, NOT_ENOUGH, ONE_BLOCK, Change
-
-if TYPE_CHECKING:
-    from harness.analysis.compare import Comparison
+from harness.analysis.stats import IN_BLOCKS
+from harness.analysis.verdict import NOT_ENOUGH, ONE_BLOCK, Change
 
 CLIENT_LIMIT_SHARE = 0.5  # a server this close to the client's measured max is doubtful
 

@@ -13,8 +13,8 @@ from dataclasses import asdict, dataclass, field
 import msgspec
 import pandas as pd
 
-from harness.analysis import metrics, phases
-from harness.analysis.compare import _plain
+from harness.analysis import metrics, phases, server_figures
+from harness.analysis.comparison import _plain
 from harness.analysis.doubts import start_stall_doubts
 from harness.analysis.goodput import Goodput, goodput
 from harness.analysis.schema import SCHEMA_VERSION, empty
@@ -28,7 +28,7 @@ class Value:
     figure: str
     label: str
     unit: str
-    value: float | None  # pooled over the servers (metrics.arm_summary)
+    value: float | None  # pooled over the servers (server_figures.arm_summary)
     servers: list[float | None]  # per server, schedule order
 
 
@@ -67,10 +67,10 @@ class Measurement:
         return msgspec.convert(data, cls)
 
 
-def figures(audio: bool = False) -> list[metrics.Figure]:
+def figures(audio: bool = False) -> list[server_figures.Figure]:
     """A measurement's figures: the comparison's, and completed requests per second."""
-    rate = metrics.Figure("request_per_s_run", "requests/s (whole run)", "req/s", True)
-    return [*metrics.figures(audio), rate]
+    rate = server_figures.Figure("request_per_s_run", "requests/s (whole run)", "req/s", True)
+    return [*server_figures.figures(audio), rate]
 
 
 def measure(
@@ -80,21 +80,21 @@ def measure(
     label: str,
     load: dict,
     *,
-    headline: str = metrics.figures()[0].name,
+    headline: str = server_figures.figures()[0].name,
     slos_ms: dict[str, float] | None = None,
     slo_attainment: float = SLO_ATTAINMENT,
     external: bool = False,
     audio: bool = False,
 ) -> Measurement:
-    """`audio`: a speech load, whose figures are audio's (metrics.figures)."""
+    """`audio`: a speech load, whose figures are audio's (server_figures.figures)."""
     spans = empty("spans") if spans is None or spans.empty else spans
-    per_server = metrics.server_summary(requests, servers, audio)
+    per_server = server_figures.server_summary(requests, servers, audio)
     groups = dict(list(requests.groupby(["block", "slot"]))) if len(requests) else {}
     per_server["request_per_s_run"] = [
         metrics.run_request_per_s(groups.get(key, requests.iloc[:0]))
         for key in zip(per_server["block"], per_server["slot"], strict=True)
     ]
-    pooled = metrics.arm_summary(requests, servers, audio).set_index("letter")
+    pooled = server_figures.arm_summary(requests, servers, audio).set_index("letter")
     pooled.loc[LETTER, "request_per_s_run"] = per_server["request_per_s_run"].mean()
     values = [
         Value(

@@ -3,59 +3,18 @@
 The requests frame has one row per `RequestRecord` (times in client seconds relative to the
 slot's load start); the servers frame one row per `ServerRecord` (schema.py). Arms are told
 apart by their letter. Warmup requests never count; latencies come from successful requests
-only.
+only. Their distributions are latencies.py's; each server's and arm's figures server_figures.py's.
 """
 
 from __future__ import annotations
-
-from collections.abc import Mapping
-from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from harness.analysis.schema import SERVER_KEY
 
-QUANTILES = {"p50": 0.50, "p90": 0.90, "p99": 0.99}
-STATS = [*QUANTILES, "mean"]
-LATENCIES = ["ttft", "tpot", "itl", "e2e"]
-SPEECH_LATENCIES = ["ttfa", "e2e", "rtf"]  # a speech load's (RTF is a ratio, not a time)
-RATIOS = {"rtf"}
-NO_SAMPLES = np.empty(0)
 # OpenAI's response_format `pcm`, what /v1/audio/speech streams: 24 kHz, 16-bit, mono.
 PCM_BYTES_PER_S = 24_000 * 2
-
-
-@dataclass(frozen=True)
-class Figure:
-    """A per-server figure the comparison pairs across arms."""
-
-    name: str  # column of server_summary / arm_summary
-    label: str
-    unit: str
-    higher_is_better: bool
-
-
-def figures(audio: bool = False) -> list[Figure]:
-    """The figures compared, headline first: tokens, or audio for a speech load."""
-    if audio:
-        out = [
-            Figure("audio_s_per_s", "audio-seconds/s (steady)", "audio-s/s", True),
-            Figure("audio_s_per_s_run", "audio-seconds/s (whole load)", "audio-s/s", True),
-        ]
-    else:
-        out = [
-            Figure("output_tok_per_s", "output tok/s (steady)", "tok/s", True),
-            Figure("output_tok_per_s_run", "output tok/s (whole load)", "tok/s", True),
-        ]
-    for metric in SPEECH_LATENCIES if audio else LATENCIES:
-        for stat in ("p50", "p99"):
-            label = f"{metric.upper()} {stat} (steady)"
-            if metric in RATIOS:
-                out.append(Figure(f"{metric}_{stat}", label, "x", False))
-            else:
-                out.append(Figure(f"{metric}_{stat}_ms", label, "ms", False))
-    return out
 
 
 def measured(requests: pd.DataFrame) -> pd.DataFrame:
@@ -140,67 +99,7 @@ def audio_pieces(requests: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate(times), np.concatenate(sizes)
 
 
-def distribution(values: np.ndarray) -> dict[str, float]:
-    """p50/p90/p99 (linear interpolation) and mean; NaN when there are no values."""
-    values = np.asarray(values, dtype=float)
-    values = values[~np.isnan(values)]
-    if not values.size:
-        return dict.fromkeys(STATS, float("nan"))
-    quantiles = np.quantile(values, list(QUANTILES.values()))
-    return {**dict(zip(QUANTILES, quantiles.tolist(), strict=True)), "mean": float(values.mean())}
-
-
 Window = tuple[float, float] | None  # a server's steady window (start_s, end_s), or none
-
-
-def latency_samples(requests: pd.DataFrame, window: Window = None) -> dict[str, np.ndarray]:
-    """Seconds of each latency over the completed requests given (one server's). With a
-    steady window, only what happened inside it: TTFT, TPOT and E2E of the requests sent and
-    ended inside it, and the ITL gaps whose two arrivals both lie inside it."""
-    done = completed(requests)
-    gaps = itl_s(done) if window is None else _gaps_inside(done, *window)
-    whole = _inside(done, window)
-    samples = {"ttft": ttft_s(whole), "tpot": tpot_s(whole), "itl": gaps, "e2e": e2e_s(whole)}
-    return {metric: np.asarray(seconds, dtype=float) for metric, seconds in samples.items()}
-
-
-def speech_samples(requests: pd.DataFrame, window: Window = None) -> dict[str, np.ndarray]:
-    """A speech load's latencies over the completed requests given, as latency_samples: TTFA
-    (a speech reply's TTFT: its first output is its first audio) and E2E in seconds, and RTF,
-    of the requests sent and ended inside the steady window when there is one."""
-    whole = _inside(completed(requests), window)
-    samples = {"ttfa": ttft_s(whole), "e2e": e2e_s(whole), "rtf": rtf(whole)}
-    return {metric: np.asarray(values, dtype=float) for metric, values in samples.items()}
-
-
-def _inside(done: pd.DataFrame, window: Window) -> pd.DataFrame:
-    """The requests sent and ended inside the window (all of them without one)."""
-    if window is None:
-        return done
-    start, end = window
-    return done[(done["send_s"] >= start) & (done["end_s"].astype(float) <= end)]
-
-
-def _gaps_inside(requests: pd.DataFrame, start: float, end: float) -> np.ndarray:
-    gaps = []
-    for times in requests["token_times_s"]:
-        t = np.asarray(times, dtype=float)
-        t = t[(t >= start) & (t <= end)]
-        gaps.append(np.diff(t))
-    return np.concatenate(gaps) if gaps else np.empty(0)
-
-
-def latency_ms(samples: Mapping[str, np.ndarray]) -> dict[str, float]:
-    """`<metric>_<stat>_ms` for each latency's samples (seconds); `<metric>_<stat>` for a
-    ratio's (RATIOS: RTF)."""
-    out = {}
-    for metric, values in samples.items():
-        if metric in RATIOS:
-            out |= {f"{metric}_{stat}": v for stat, v in distribution(values).items()}
-            continue
-        for stat, value in distribution(values * 1e3).items():
-            out[f"{metric}_{stat}_ms"] = value
-    return out
 
 
 def steady_window(server) -> Window:
@@ -269,88 +168,3 @@ def _per_whole_load_s(requests: pd.DataFrame, amount) -> float:
     if rows.empty:
         return float("nan")
     return float(amount(rows)) / run_span_s(requests)
-
-
-def server_summary(
-    requests: pd.DataFrame, servers: pd.DataFrame, audio: bool = False
-) -> pd.DataFrame:
-    """One row per server (schedule order): counts, throughputs and latency percentiles; with
-    `audio` (a speech load) its audio seconds, audio-seconds/s, and TTFA, E2E and RTF."""
-    samples_of, names = _latencies(audio)
-    rows = []
-    for server, reqs, window in _servers(requests, servers):
-        tok_s = steady_tok_per_s(reqs, window)
-        row = {
-            "letter": server.letter,
-            "block": server.block,
-            "slot": server.slot,
-            "healthy": bool(server.healthy),
-            "requests": len(measured(reqs)),
-            "failed": failed(reqs),
-            "output_tokens": int(completed(reqs)["output_tokens"].sum()),
-            "timed_tokens": len(token_times(completed(reqs))),  # arrival times recorded
-            "output_tok_per_s": tok_s,
-            "output_tok_per_s_run": run_tok_per_s(reqs),
-        }
-        if audio:
-            row["audio_s"] = float(audio_s(completed(reqs)).sum())
-            row["audio_s_per_s"] = steady_audio_s_per_s(reqs, window)
-            row["audio_s_per_s_run"] = run_audio_s_per_s(reqs)
-        steady = samples_of(reqs, window) if window else dict.fromkeys(names, NO_SAMPLES)
-        rows.append(row | latency_ms(steady))
-    if not rows:  # no server: the columns still, so that callers can select and group
-        return pd.DataFrame(columns=_server_columns(audio))
-    return pd.DataFrame(rows)
-
-
-def _server_columns(audio: bool) -> list[str]:
-    _, names = _latencies(audio)
-    columns = ["letter", "block", "slot", "healthy", "requests", "failed", "output_tokens"]
-    columns += ["timed_tokens", "output_tok_per_s", "output_tok_per_s_run"]
-    if audio:
-        columns += ["audio_s", "audio_s_per_s", "audio_s_per_s_run"]
-    return columns + list(latency_ms(dict.fromkeys(names, NO_SAMPLES)))
-
-
-def _latencies(audio: bool):
-    """The steady latency samples of a load and their names: tokens', or a speech load's."""
-    return (speech_samples, SPEECH_LATENCIES) if audio else (latency_samples, LATENCIES)
-
-
-def _servers(requests: pd.DataFrame, servers: pd.DataFrame):
-    """(server record, its requests, its steady window) in schedule order."""
-    groups: Mapping = dict(list(requests.groupby(SERVER_KEY))) if len(requests) else {}
-    for server in servers.sort_values(["block", "slot"]).itertuples(index=False):
-        reqs = groups.get((server.letter, server.block, server.slot), requests.iloc[:0])
-        yield server, reqs, steady_window(server)
-
-
-def arm_summary(requests: pd.DataFrame, servers: pd.DataFrame, audio: bool = False) -> pd.DataFrame:
-    """One row per arm (letter): throughputs are the mean over its servers; steady latency
-    percentiles pool the steady samples of all its servers."""
-    per_server = server_summary(requests, servers, audio)
-    rates = ["output_tok_per_s", "output_tok_per_s_run"]
-    rates += ["audio_s_per_s", "audio_s_per_s_run"] if audio else []
-    counts = ["requests", "failed", "output_tokens", "timed_tokens"] + (
-        ["audio_s"] if audio else []
-    )
-    samples_of, names = _latencies(audio)
-    pooled: dict[str, dict[str, list]] = {}
-    for server, reqs, window in _servers(requests, servers):
-        samples = pooled.setdefault(server.letter, {m: [] for m in names})
-        if window is not None:
-            for metric, values in samples_of(reqs, window).items():
-                samples[metric].append(values)
-    rows = []
-    for letter, group in per_server.groupby("letter", sort=False):
-        samples = {m: np.concatenate([NO_SAMPLES, *v]) for m, v in pooled[letter].items()}
-        rows.append(
-            {"letter": letter, "servers": len(group)}
-            | group[counts].sum().to_dict()
-            | group[rates].mean().to_dict()
-            | latency_ms(samples)
-        )
-    if not rows:  # no server: the columns still
-        columns = ["letter", "servers", *counts, *rates]
-        return pd.DataFrame(columns=columns + list(latency_ms(dict.fromkeys(names, NO_SAMPLES))))
-    return pd.DataFrame(rows)

@@ -13,8 +13,8 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass, field, replace
 
-from harness.analysis.stats import FAIL_AT
 from harness.analysis.steps import StepRule, find_steps
+from harness.analysis.verdict import FAIL_AT
 
 THRESHOLD = FAIL_AT  # smallest relative step flagged where asv.conf.json sets none
 

@@ -17,9 +17,11 @@ from pathlib import PurePath
 
 import pandas as pd
 
-from harness.analysis.compare import Comparison, compare
-from harness.analysis.stats import BETWEEN_RUNS, Rule
+from harness.analysis.compare import compare
+from harness.analysis.comparison import Comparison
+from harness.analysis.stats import BETWEEN_RUNS
 from harness.analysis.summary import speaks, without_failed_servers
+from harness.analysis.verdict import Rule
 
 Run = tuple[dict, dict[str, pd.DataFrame]]  # a run directory's manifest and tables
 

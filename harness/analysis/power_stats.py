@@ -1,5 +1,5 @@
 """The statistics of `bench power` (docs/POWER.md): synthetic runs made of whole real blocks,
-judged by the harness's own interval and verdict (stats.judge, the computation of
+judged by the harness's own interval and verdict (block_model.judge, the computation of
 stats.paired_change), every rate with an interval. Pure functions.
 
 The pool is the real blocks with no change in them: each A B B A / B A A B block's four
@@ -24,7 +24,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from harness.analysis.stats import FASTER, SLOWER, Design, Rule, judge, schedule, usable
+from harness.analysis.block_model import Design, judge, schedule
+from harness.analysis.stats import usable
+from harness.analysis.verdict import FASTER, SLOWER, Rule
 
 POWER = 0.8  # a slowdown is "detectable" when this share of runs call it slower
 PLANTED = 0.10  # the slowdown whose detection rate and coverage are quoted (+10% time)

@@ -15,19 +15,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from harness.analysis.stats import (
-    FASTER,
-    NO_CHANGE,
-    NOT_ENOUGH,
-    SLOWER,
-    Design,
-    Rule,
-    decide_many,
-    judge,
-    schedule,
-    t_quantile,
-    two_sample,
-)
+from harness.analysis.block_model import Design, judge, schedule
+from harness.analysis.stats import two_sample
+from harness.analysis.student_t import t_quantile
+from harness.analysis.verdict import FASTER, NO_CHANGE, NOT_ENOUGH, SLOWER, Rule, decide_many
 
 
 @dataclass(frozen=True)
@@ -53,7 +44,7 @@ class Rates:
     not_enough: float
     covered: float  # the interval held the true change
     # called faster or slower by the interval alone, as if one block could give a verdict
-    # (stats.MIN_BLOCKS): what one block said before
+    # (block_model.MIN_BLOCKS): what one block said before
     interval_alone: float = 0.0
 
     @property
@@ -185,7 +176,7 @@ def auto_rates(
     (N blocks), then looked at after MIN_BLOCKS blocks and after each block more, every look at
     its look's sequential level (Rule.sequential over the N - MIN_BLOCKS + 1 looks); a run's
     verdict is its first look's that is not "not enough data", else its last look's."""
-    from harness.analysis.stats import MIN_BLOCKS
+    from harness.analysis.block_model import MIN_BLOCKS
 
     looks = list(range(MIN_BLOCKS, max_blocks + 1))
     letters = schedule(max_blocks, True)

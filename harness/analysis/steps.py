@@ -8,7 +8,7 @@ hour) moves every server of that commit together, so the servers of one commit a
 replicates of a step. A candidate step at commit k is judged by the harness's interval of
 recorded runs (stats.two_sample, a pooled t-interval over commit levels) between the `window`
 commits before k and the `persist` commits from k on, at `1 - 2 * alpha`, through the same
-verdict rule as `bench run` (stats.decide_many): "slower" (the cost went up), at least
+verdict rule as `bench run` (verdict.decide_many): "slower" (the cost went up), at least
 `min_step` by its estimate, and every one of the `persist` commits above the old level.
 
 Each candidate is tested once its `persist` commits exist, and its window never changes after
@@ -24,7 +24,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from harness.analysis.stats import FAIL_AT, SLOWER, Rule, decide_many, t_quantile, two_sample
+from harness.analysis.stats import two_sample
+from harness.analysis.student_t import t_quantile
+from harness.analysis.verdict import FAIL_AT, SLOWER, Rule, decide_many
 
 PERSIST = 3  # commits at the new level a step must hold before it is tested
 WINDOW = 15  # commits before the candidate that give the old level

@@ -2,7 +2,7 @@
 `Comparison` (bench run), a `Measurement` (bench measure) or a `Sweep` (bench sweep), as the
 manifest's `kind` says.
 
-`summary_json` is what summary.json holds; results.py writes it when the run ends and the
+`summary_json` is what summary.json holds; harness/results/ writes it when the run ends and the
 report reads it back (`from_summary_json`) rather than summarising the run again.
 """
 
@@ -12,10 +12,11 @@ from collections.abc import Mapping
 
 import pandas as pd
 
-from harness.analysis.compare import Comparison, compare
+from harness.analysis.compare import compare
+from harness.analysis.comparison import Comparison
 from harness.analysis.measurement import Measurement, measure
-from harness.analysis.stats import Rule
 from harness.analysis.sweep import Sweep, sweep
+from harness.analysis.verdict import Rule
 
 INCOMPLETE = "the run did not finish (interrupted or failed): partial data"
 CALL_CUT = (

@@ -11,8 +11,8 @@ from dataclasses import asdict, dataclass, field
 import msgspec
 import pandas as pd
 
-from harness.analysis import metrics
-from harness.analysis.compare import _plain
+from harness.analysis import metrics, server_figures
+from harness.analysis.comparison import _plain
 from harness.analysis.doubts import start_stall_doubts
 from harness.analysis.goodput import goodput
 from harness.analysis.schema import SCHEMA_VERSION
@@ -78,7 +78,7 @@ def sweep(
 ) -> Sweep:
     """`loads`: each server's offered load (server id -> rate or concurrency); `labels`: each
     arm's label by letter."""
-    per_server = metrics.server_summary(requests, servers)
+    per_server = server_figures.server_summary(requests, servers)
     ids = servers.sort_values(["block", "slot"])["server"].tolist()
     points = []
     for server, row in zip(ids, per_server.to_dict("records"), strict=True):

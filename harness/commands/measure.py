@@ -6,11 +6,11 @@ from pathlib import Path
 
 import typer
 
-from engine.config import ConfigError
 from harness.commands import schedule as s
 from harness.commands import workload as w
 from harness.commands.report import report_run
 from harness.errors import BenchError, ExitCode
+from harness.scenario import ConfigError
 from harness.show.console import fail, notes
 from harness.show.measurement import render
 
@@ -29,6 +29,13 @@ def main(
     overwrite: bool = s.OVERWRITE,
     stall_timeout: float = s.STALL_TIMEOUT,
     report: bool = typer.Option(False, "--report", help="Write report.md too."),
+    clients: int = typer.Option(
+        1,
+        min=1,
+        help="Client hosts for a URL's load: Ray actors on --cluster's nodes (default: a local"
+        " Ray), each driving its share of -c; their clocks measured and aligned (docs/SCALE.md).",
+    ),
+    cluster: str | None = s.CLUSTER,
     as_json: bool = s.AS_JSON,
     load_options: dict | None = None,
 ) -> None:
@@ -46,11 +53,38 @@ def main(
         console.print(f"size [bold]{resolved.size}[/] ({resolved.size_reason})")
     plan = load.plan(resolved, {"A": arm}, ["A"], 1, period, shards, stall_s=stall_timeout)
     manifest = {"kind": "measure", "goodput": load.slos_ms, "slo_attainment": slo_attainment}
-    rundir, complete, result = s.execute(
-        plan, engines, console, out, overwrite, load.measured, **manifest
-    )
+    if clients > 1:
+        plan, manifest["clients"] = _on_clients(target, clients, cluster, plan)
+        cluster = None  # the clients run there; the slot itself runs here
+    try:
+        rundir, complete, result = s.execute(
+            plan, engines, console, out, overwrite, load.measured, cluster=cluster, **manifest
+        )
+    finally:
+        if plan.clients is not None:
+            plan.clients.close()
     if report:
         console.print(f"report: {report_run(rundir.path)}")
     s.conclude(console, rundir, complete, result, render(result), as_json)
     if result.slo_missed:
         raise typer.Exit(ExitCode.SLOWER)
+
+
+def _on_clients(target: str, clients: int, cluster: str | None, plan):
+    """The plan with its load driven from `clients` Ray actors, and their manifest entries."""
+    from dataclasses import replace
+
+    try:
+        if not s.is_url(target):
+            raise BenchError("--clients drives a running server from several hosts: give its URL")
+        if clients > plan.concurrency:
+            raise BenchError(f"--clients {clients} is more than -c {plan.concurrency} lanes")
+        from harness.cluster.connect import connect
+
+        connect(cluster or "auto")
+        from harness.cluster.clients import ClientPool
+
+        pool = ClientPool(clients)
+    except BenchError as exc:
+        fail(str(exc))
+    return replace(plan, clients=pool), pool.manifest()

@@ -6,10 +6,10 @@ import json
 
 import typer
 
-from engine.config import ConfigError, load_scenario
 from harness.errors import BenchError
 from harness.measure.power import PowerPlan, measure
 from harness.results import RESULTS, new_run_id, write_power
+from harness.scenario import ConfigError, load_scenario
 from harness.show.console import fail, notes, output
 from harness.show.power import render
 from harness.show.progress import RunProgress

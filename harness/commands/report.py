@@ -8,7 +8,8 @@ from pathlib import Path
 
 import typer
 
-from harness.analysis.compare import STATISTICS, Comparison
+from harness.analysis.compare import STATISTICS
+from harness.analysis.comparison import Comparison
 from harness.analysis.summary import summarize
 from harness.errors import BenchError
 from harness.results import (

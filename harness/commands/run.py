@@ -6,13 +6,13 @@ from pathlib import Path
 
 import typer
 
-from engine.config import ConfigError, load_scenario
-from harness.analysis.stats import MIN_BLOCKS, schedule
+from harness.analysis.block_model import MIN_BLOCKS, schedule
 from harness.commands import schedule as s
 from harness.commands import workload as w
 from harness.commands.report import report_run
 from harness.errors import BenchError
 from harness.measure.arms import resolve_arms
+from harness.scenario import ConfigError, load_scenario
 from harness.show.comparison import render
 from harness.show.console import fail, notes
 
@@ -93,6 +93,7 @@ def _main(
     allow_interference: bool = s.ALLOW_INTERFERENCE,
     time_budget: float | None = s.TIME_BUDGET,
     report: bool = typer.Option(False, "--report", help="Write report.md and plots too."),
+    cluster: str | None = s.CLUSTER,
     as_json: bool = s.AS_JSON,
     load_options: dict | None = None,
 ) -> None:
@@ -122,7 +123,9 @@ def _main(
             resolved, by_letter, letters, block_size, period, shards, first_block=first,
             rule=rule, **settings,
         )  # fmt: skip
-        return s.execute(plan, engines, console, out, overwrite, load.measured, continued)
+        return s.execute(
+            plan, engines, console, out, overwrite, load.measured, continued, cluster=cluster
+        )
 
     def rules(look: int):
         return s.verdict_rule(margin, fail_at, max_blocks if auto else None, look)

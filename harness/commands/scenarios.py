@@ -6,7 +6,7 @@ import json
 
 import typer
 
-from engine.config import ConfigError, load_scenario, scenario_names
+from harness.scenario import ConfigError, load_scenario, scenario_names
 from harness.show.console import fail, output
 from harness.show.scenarios import render
 

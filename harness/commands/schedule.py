@@ -13,17 +13,20 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from engine.config import Scenario, load_scenario
-from harness.analysis.compare import Comparison
-from harness.analysis.stats import FAIL_AT, MARGIN, MIN_BLOCKS, NOT_ENOUGH, Rule
+from harness.analysis.block_model import MIN_BLOCKS
+from harness.analysis.comparison import Comparison
+from harness.analysis.deciding import deciding_estimate, slot_values
 from harness.analysis.summary import Summary
+from harness.analysis.verdict import FAIL_AT, MARGIN, NOT_ENOUGH, Rule
 from harness.errors import BenchError, ExitCode
 from harness.measure.arms import Arm, resolve
 from harness.measure.continuation import continued_manifest, machine_note
 from harness.measure.preflight import preflight
 from harness.measure.runner import STALL_S, RunPlan, run_schedule
 from harness.results import RunDir, new_run_id, new_run_path
+from harness.scenario import Scenario, load_scenario
 from harness.show.console import fail, output
+from harness.show.cpu_run import estimate_text, layout_text
 from harness.show.format import change_text
 from harness.show.progress import RunProgress
 
@@ -68,6 +71,12 @@ ALLOW_INTERFERENCE = typer.Option(
     " project's own test suite sets it: its pytest and fixtures run outside each run).",
 )
 URL_SCENARIO = typer.Option("qwen35", help="For a URL: the scenario whose load to send.")
+CLUSTER = typer.Option(
+    None,
+    "--cluster",
+    help="Run the blocks as Ray tasks, each block whole on one node (one GPU, or a CPU):"
+    " 'auto' (a local Ray on this machine), ray://HOST:PORT or HOST:PORT (docs/SCALE.md).",
+)
 
 
 def execute(
@@ -78,16 +87,19 @@ def execute(
     overwrite: bool,
     measured: int,
     continued: RunDir | None = None,
+    cluster: str | None = None,
     **manifest,
 ) -> tuple[RunDir, bool, Summary]:
     """Check the plan (`preflight`), then run it into `out` (default results/<run-id> under
     the current directory): the run directory, whether the schedule finished, and the run's
     summary. `engines` holds each arm's scenario by letter (`arm_scenarios`). With `continued`
-    (`continued_run`) the plan's blocks are added to that run, once its setup is this one's."""
+    (`continued_run`) the plan's blocks are added to that run, once its setup is this one's.
+    With `cluster` (--cluster) the blocks run as tasks on that Ray cluster (harness/cluster/)."""
     arms = [arm_manifest(arm, engines[letter]) for letter, arm in sorted(plan.arms.items())]
     command = " ".join(redacted(sys.argv))
     try:
         check_connections(plan)
+        joined = _joined(cluster, plan)
         for note in preflight(plan, engines):  # before any server starts, or any file
             console.print(f"[yellow]note: {note}[/]")  # is written
         if continued is not None:
@@ -105,13 +117,47 @@ def execute(
     except BenchError as exc:
         fail(str(exc))
     try:
-        with RunProgress(console, len(plan.letters), measured + plan.warmup) as progress:
-            complete, summary = run_schedule(plan, rundir, progress.show)
+        if joined is not None:
+            from harness.cluster.blocks import run_schedule as on_cluster
+
+            complete, summary = on_cluster(plan, rundir, joined, console.print)
+        else:
+            with RunProgress(console, len(plan.letters), measured + plan.warmup) as progress:
+                complete, summary = run_schedule(plan, rundir, progress.show, _noise(plan, console))
     except BenchError as exc:
         if "error" not in rundir.manifest:  # a failed write has recorded its own
             rundir.update_manifest(error=str(exc))
         fail(f"{exc} (partial results in {rundir.path})")
     return rundir, complete, summary
+
+
+def _noise(plan: RunPlan, console: Console):
+    """On a CPU run of two engine arms: the processes' cores said before the run, and after
+    its first block how long a deciding run takes here (show/cpu_run.py); None elsewhere."""
+    if plan.scenario.engine.device != "cpu" or plan.points or "B" not in plan.arms:
+        return None
+    if any(arm.kind == "url" for arm in plan.arms.values()):
+        return None
+    if (layout := plan.cpu_layout) is not None:
+        console.print(layout_text(layout.manifest()), soft_wrap=True)
+
+    def first_block(slots, seconds: float) -> None:
+        estimate = deciding_estimate(slot_values(slots), seconds, plan.rule)
+        if estimate is not None:
+            console.print(estimate_text(estimate, plan.rule), soft_wrap=True)
+
+    return first_block
+
+
+def _joined(cluster: str | None, plan: RunPlan):
+    """The Ray cluster --cluster names, joined (None: run here)."""
+    if cluster is None:
+        return None
+    if plan.time_budget_s is not None:
+        raise BenchError("--time-budget counts blocks run in turn; --cluster runs them at once")
+    from harness.cluster.connect import connect
+
+    return connect(cluster)
 
 
 def block_count(text: str) -> tuple[int, bool]:

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import typer
 
-from engine.config import ConfigError, load_scenario
 from harness.commands import schedule as s
 from harness.commands import workload as w
 from harness.errors import BenchError
 from harness.measure.arms import resolve_arms
 from harness.measure.arrivals import ArrivalSchedule
 from harness.measure.runner import SlotLoad
+from harness.scenario import ConfigError, load_scenario
 from harness.show.console import fail, notes
 from harness.show.measurement import render_sweep
 
@@ -33,6 +33,7 @@ def main(
     overwrite: bool = s.OVERWRITE,
     stall_timeout: float = s.STALL_TIMEOUT,
     time_budget: float | None = s.TIME_BUDGET,
+    cluster: str | None = s.CLUSTER,
     as_json: bool = s.AS_JSON,
     load_options: dict | None = None,
 ) -> None:
@@ -52,7 +53,10 @@ def main(
                 f"bench sweep draws tok/s curves; {resolved.name}'s load is {resolved.load.api}:"
                 " measure each load with bench measure"
             )
-        first = {"concurrency": 1} if axis == "concurrency" else {"request_rate": loads[0]}
+        # the run's concurrency is the most in flight at any point (the manifest's and the
+        # checks'); each point's own is in `points` below
+        first = {"concurrency": int(max(loads))} if axis == "concurrency" else {}
+        first = first or {"request_rate": loads[0]}
         load = w.workload(resolved, s.vocab(resolved), **(load_options | first))
         engines = s.arm_scenarios(arms, resolved)
     except (ConfigError, BenchError) as exc:
@@ -82,7 +86,7 @@ def main(
         "goodput": load.slos_ms,
     }
     rundir, complete, result = s.execute(
-        plan, engines, console, out, overwrite, load.measured, **manifest
+        plan, engines, console, out, overwrite, load.measured, cluster=cluster, **manifest
     )
     from harness.show.report.curve import draw_sweep  # matplotlib: only when drawing
 

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import typer
 
-from engine.config import Scenario
 from harness.analysis.goodput import parse_slos
 from harness.errors import BenchError
 from harness.measure.arrivals import ArrivalSchedule
 from harness.measure.prompt_file import read_prompt_file
 from harness.measure.request_sequence import build_requests
 from harness.measure.runner import RunPlan, SlotLoad
+from harness.scenario import Scenario
 
 OPEN_LOOP_CAP = 1024  # requests in flight at most in the open loop, unless -c says otherwise
 

@@ -15,8 +15,8 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine.config import ConfigError, parse_overrides
 from harness.errors import BenchError
+from harness.scenario import ConfigError, parse_overrides
 
 HARNESS_TREE = Path(__file__).resolve().parents[2]  # the checkout bench runs from
 

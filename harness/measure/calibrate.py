@@ -1,8 +1,8 @@
 """Calibration: the closed loop against a mock whose timing is known (docs/LOADGEN.md).
 
 Starts `bench mock` in a subprocess with a set TTFT and inter-token latency and drives it with
-the closed loop. Where the machine has two or more cores and the client runs in one process,
-the client is pinned to core 0 and the mock to the others. TTFT measured minus TTFT set splits
+the closed loop. Where this process may use two or more cores and the client runs in one
+process, the client is pinned to the first of them and the mock to the others. TTFT measured minus TTFT set splits
 exactly into three parts, joined per request on X-Request-Id over the shared monotonic clock
 (analysis/calibration.py). A second run with no gap between tokens finds the most tokens per
 second the client reads. The result flags itself as doubtful when other processes used the
@@ -23,14 +23,15 @@ from pathlib import Path
 
 import aiohttp
 
-from engine.config import LoadProfile
 from harness.analysis.calibration import TARGETS, latency_errors, load_figures, verdict
 from harness.errors import BenchError
+from harness.measure.cpu_layout import pinned
 from harness.measure.event_loop import run_loop
 from harness.measure.loadgen import LoadResult, run_load
 from harness.measure.request_sequence import build_requests
 from harness.measure.server import free_port
 from harness.results import host
+from harness.scenario import LoadProfile
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -96,7 +97,7 @@ async def _drive(
     load = LoadProfile(prompt_tokens=(32, 32), output_tokens=(s.output_tokens, s.output_tokens))
     requests = build_requests(load, vocab_size=32000, count=count, seed=0)
     busy, ours, mock_cpu, wall = _machine_busy_s(), _own_cpu_s(), mock.cpu_s(), time.perf_counter()
-    with _pinned({0} if mock.pin else None):
+    with pinned(mock.cores[:1] if mock.pin else None):
         result = await run_load(
             mock.url,
             requests,
@@ -121,7 +122,8 @@ class MockProcess:
     def __init__(self, s: Settings, ttft_ms: float, itl_ms: float):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.pin = s.shards == 1 and (os.cpu_count() or 1) > 1
+        self.cores = tuple(sorted(os.sched_getaffinity(0)))  # the client's first, the mock the rest
+        self.pin = s.shards == 1 and len(self.cores) > 1
         self.args = ["mock", "--port", str(self.port), "--ttft-ms", str(ttft_ms)]
         self.args += ["--itl-ms", str(itl_ms), "--output-tokens", str(s.output_tokens)]
         self.args += ["--shards", str(s.mock_shards)]
@@ -135,7 +137,7 @@ class MockProcess:
         self.log = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=self.log, stderr=self.log)
         if self.pin:
-            os.sched_setaffinity(self.proc.pid, set(range(1, os.cpu_count())))
+            os.sched_setaffinity(self.proc.pid, set(self.cores[1:]))
         async with aiohttp.ClientSession() as session:
             for _ in range(300):
                 try:
@@ -175,7 +177,7 @@ def _own_cpu_s() -> float:
     """CPU seconds of this process alone. Not its reaped children's (`os.times().children_*`):
     inside a test suite those include servers of earlier tests reaped during the window, whose
     whole lifetime's CPU would be taken off the machine's and make a busy machine read quiet
-    (a timing test flaked so, session 11). The client's shards count through `client_cpu`."""
+    (a timing test flaked that way). The client's shards count through `client_cpu`."""
     return time.process_time()
 
 
@@ -187,25 +189,18 @@ def client_cpu(result: LoadResult, own_s: float) -> float:
 
 
 def _machine_busy_s() -> float:
-    """CPU seconds all processes have used, from /proc/stat (user nice system irq softirq steal)."""
-    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
-    return (sum(fields[:3]) + sum(fields[5:8])) / os.sysconf("SC_CLK_TCK")
-
-
-class _pinned:
-    """Pin this process to `cores` for the block (nothing when cores is None)."""
-
-    def __init__(self, cores: set[int] | None):
-        self.cores = cores
-
-    def __enter__(self) -> None:
-        if self.cores:
-            self.saved = os.sched_getaffinity(0)
-            os.sched_setaffinity(0, self.cores)
-
-    def __exit__(self, *exc) -> None:
-        if self.cores:
-            os.sched_setaffinity(0, self.saved)
+    """CPU seconds the cores this process may use have run anything, from /proc/stat's per-core
+    lines (user nice system irq softirq steal): the whole machine's unless this process is
+    pinned (a core that a test runner gives each of its workers: what shares ours is what
+    disturbs our timing)."""
+    mine = {f"cpu{core}" for core in os.sched_getaffinity(0)}
+    busy = 0
+    for line in Path("/proc/stat").read_text().splitlines():
+        name, *values = line.split()
+        if name in mine:
+            fields = [int(x) for x in values[:8]]
+            busy += sum(fields[:3]) + sum(fields[5:8])
+    return busy / os.sysconf("SC_CLK_TCK")
 
 
 def client_machine() -> dict:

@@ -72,6 +72,7 @@ async def run_load(
     arrivals: ArrivalSchedule | None = None,
     headers: dict[str, str] | None = None,
     api: str = "completions",
+    clients=None,
 ) -> LoadResult:
     """Drive `url` (a base URL or the endpoint itself) with `requests`, C in flight (closed
     loop), or each at its time in `arrivals` with at most C in flight (open loop); every record
@@ -87,7 +88,8 @@ async def run_load(
     is raised for them. `ramp_s` spreads the lanes' first sends evenly over that many seconds
     (lane i starts at i * ramp_s / C), so requests of one length do not move in lockstep.
     `send_for_s` ends the sequence after that many seconds: no new request is sent, the ones in
-    flight finish (the drain), as when the sequence runs out.
+    flight finish (the drain), as when the sequence runs out. `clients` (a ClientPool,
+    harness/cluster/clients.py) drives the load from several hosts in place of `shards`.
     """
     if concurrency < 1 or shards < 1:
         raise ValueError("concurrency and shards must be >= 1")
@@ -112,6 +114,11 @@ async def run_load(
     )
     stop_event = stop_event or asyncio.Event()
     shards = min(shards, concurrency)
+    if clients is not None:
+        parts, t0_perf, t0_unix = await clients.run(
+            job, on_progress, stop_event, progress_interval_s
+        )
+        return _merge(job, parts, t0_perf, t0_unix, len(parts))
     if shards > 1:
         parts, t0_perf, t0_unix = await run_sharded(
             job, shards, on_progress, stop_event, progress_interval_s

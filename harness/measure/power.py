@@ -11,15 +11,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from engine.config import Scenario, parse_overrides
 from harness.analysis import power
-from harness.analysis.power import ConfigurationRun, PowerReport
-from harness.analysis.stats import schedule
+from harness.analysis.block_model import schedule
+from harness.analysis.power import ConfigurationRun
+from harness.analysis.power_report import PowerReport
 from harness.errors import BenchError
 from harness.measure.arms import resolve
 from harness.measure.request_sequence import build_requests
 from harness.measure.runner import RunPlan, SlotStatus, run_schedule
 from harness.results import RunDir, load_run, machine
+from harness.scenario import Scenario, parse_overrides
 
 
 @dataclass(frozen=True)

@@ -12,12 +12,12 @@ from collections.abc import Mapping, Sequence
 
 import msgspec
 
-from engine.config import ConfigError, Scenario
-from harness.analysis import metrics
+from harness.analysis import server_figures
 from harness.errors import BenchError
 from harness.measure.request_sequence import PromptList, RequestSequence, RequestSpec
 from harness.measure.runner import RunPlan
 from harness.measure.server import model_card
+from harness.scenario import ConfigError, Scenario
 
 WINDOW_CHECK_MAX = 20_000  # longer sequences are not modelled (their window is not in doubt)
 
@@ -42,15 +42,31 @@ def preflight(plan: RunPlan, engines: Mapping[str, Scenario | None]) -> list[str
     if plan.duration_s is None and len(plan.requests) <= WINDOW_CHECK_MAX:
         loads = [plan.load(slot) for slot in range(len(plan.letters))]
         closed = {load.concurrency for load in loads if load.arrivals is None}
-        notes = (check_window(plan.requests, c, plan.warmup) for c in sorted(closed))
+        notes = [check_window(plan.requests, c, plan.warmup) for c in sorted(closed)]
+        pools: dict[tuple, list[str]] = {}  # arms whose engines hold alike: one note
+        for letter, arm in sorted(plan.arms.items()):
+            if arm.kind != "url":
+                pools.setdefault(tuple(pool(engines[letter]).items()), []).append(arm.name)
+        notes += [
+            check_capacity(plan.requests, c, dict(held), f"the engine of arm {', '.join(names)}")
+            for held, names in pools.items()
+            for c in sorted(closed)
+        ]
         return [note for note in notes if note]  # the open loop's window is its arrivals'
     return []
 
 
+def pool(scenario: Scenario) -> dict[str, int]:
+    """What an engine holds at once: rows, state slots, KV pages and their size."""
+    engine = scenario.engine
+    names = ("max_rows", "state_slots", "kv_pages", "page_size")
+    return {name: getattr(engine, name) for name in names}
+
+
 def check_headline(scenario: Scenario, api: str) -> None:
-    """The scenario's headline must be a figure of its load (metrics.figures): else every
+    """The scenario's headline must be a figure of its load (server_figures.figures): else every
     server would run and the comparison would have no verdict to give."""
-    names = [figure.name for figure in metrics.figures(audio=api == "speech")]
+    names = [figure.name for figure in server_figures.figures(audio=api == "speech")]
     if scenario.headline not in names:
         raise BenchError(
             f"scenario {scenario.name}: headline {scenario.headline!r} is not a figure of a"
@@ -107,8 +123,8 @@ def check_window(requests: Sequence[RequestSpec], concurrency: int, warmup: int)
     """Refuse a load whose closed loop has no steady window even in `steady_window`'s model;
     note one shorter than the load's longest request: the run's throughput stands, but few
     requests (none, below the shortest) are both sent and ended inside a server's window, so
-    its TTFT, TPOT and E2E percentiles have few samples or none (session 9: 128 requests at
-    -c 64, 2 a client). None when the window has room. Either says the fewest `--requests`
+    its TTFT, TPOT and E2E percentiles have few samples or none (128 requests at -c 64, 2 a
+    client, leave the 0.8b window none). None when the window has room. Either says the fewest `--requests`
     whose modelled window lasts one longest request."""
     lengths = [requests[i].max_tokens for i in range(len(requests))]
     window = steady_window(lengths, concurrency, warmup)
@@ -180,3 +196,41 @@ def _fewest_measured(
         middle = (low + high) // 2
         low, high = (low, middle) if window(middle) >= margin else (middle, high)
     return high
+
+
+CAPACITY_SAMPLE = 4096  # requests whose reservations estimate the pool's mean one
+
+
+def check_capacity(
+    requests: Sequence[RequestSpec], concurrency: int, pool: Mapping[str, int], where: str
+) -> str | None:
+    """Note a closed loop that keeps more requests in flight than the engine holds at once:
+    the rest wait in its queue, so their TTFT counts the wait and the run measures fewer in
+    flight than -c says. `pool`: the engine's max_rows, state_slots, kv_pages and page_size.
+    Admission reserves each request's prompt + output pages up front (engine/worker/
+    scheduler.py), so the KV pool holds kv_pages / (mean pages reserved) of the load's requests;
+    a text prompt, whose length the client does not know, counts its output alone (at most)."""
+    sample = [requests[i] for i in range(min(len(requests), CAPACITY_SAMPLE))]
+    if not sample:
+        return None
+    page = pool["page_size"]
+    mean = sum(-(-(r.prompt_tokens + r.max_tokens) // page) for r in sample) / len(sample)
+    limits = {
+        f"engine.max_rows {pool['max_rows']}": pool["max_rows"],
+        f"engine.state_slots {pool['state_slots']}": pool["state_slots"],
+        f"its KV pool of {pool['kv_pages']} pages ({page} tokens a page; a request reserves"
+        f" its prompt + output, {mean:.0f} pages on average)": int(pool["kv_pages"] // mean),
+    }
+    why, holds = min(limits.items(), key=lambda item: item[1])
+    if concurrency <= holds:
+        return None
+    if why.startswith("its KV pool"):
+        need = -(-int(concurrency * mean * 1.1) // 1024) * 1024
+        fix = f"engine.kv_pages {need} or more"
+    else:
+        fix = f"{why.split()[0]} {concurrency} or more"
+    return (
+        f"at -c {concurrency} {where} holds ~{holds} of these requests at once ({why}): the"
+        f" other {concurrency - holds} wait in its queue, so TTFT counts the wait and the run"
+        f" measures ~{holds} in flight; give {fix}, or a smaller -c"
+    )

@@ -2,7 +2,7 @@
 (closed or open loop), drain, stop.
 
 Runs the slots block by block, alternating the order (A B B A then B A A B, or A B then
-B A: analysis.stats.schedule), collects every slot's request records and span records into
+B A: analysis.block_model.schedule), collects every slot's request records and span records into
 the run directory as it goes, and stops cleanly on Ctrl-C, SIGTERM or SIGHUP: the server is
 stopped, what was measured is written, and the manifest says the run is incomplete. Every
 row is stamped with its slot (arm, letter, server, block, slot) as it is recorded; when the
@@ -27,13 +27,13 @@ from dataclasses import asdict, dataclass
 import msgspec
 
 from engine import env
-from engine.config import ConfigError, Scenario, scenario_source
 from harness.analysis.schema import RequestRecord, ServerRecord, Slot
-from harness.analysis.stats import Rule
 from harness.analysis.summary import Summary
+from harness.analysis.verdict import Rule
 from harness.errors import BenchError
 from harness.measure.arms import Arm
 from harness.measure.arrivals import ArrivalSchedule
+from harness.measure.cpu_layout import CpuLayout, cpu_layout, pinned
 from harness.measure.event_loop import run_loop
 from harness.measure.interference import Sampler
 from harness.measure.lanes import Progress
@@ -43,6 +43,7 @@ from harness.measure.scrape import SteadyScrape
 from harness.measure.server import ServerProcess, exit_text, served_model
 from harness.measure.spans import SpanCollector
 from harness.results import RunDir, machine
+from harness.scenario import ConfigError, Scenario, scenario_source
 
 # How long a stopped server's end-of-spans message may take to arrive. A clean stop sends it
 # before the worker exits, so it is in at once; only a crashed worker, or an engine revision
@@ -101,11 +102,20 @@ class RunPlan:
     # The first block this call runs: 0, or for a continued run (`bench run --continue`) the
     # block after the recorded ones; `letters` holds every block's, the recorded ones too.
     first_block: int = 0
+    clients: object | None = None  # `bench measure --clients`: harness.cluster.clients.ClientPool
 
     @property
     def api(self) -> str:
         """The endpoint the load drives: the scenario's (completions or speech), or chat."""
         return "chat" if self.chat else self.scenario.load.api
+
+    @property
+    def cpu_layout(self) -> CpuLayout | None:
+        """The cores of each process on a CPU run of engine arms (cpu_layout.py); None on a
+        GPU, on one core, or with a URL arm (a server the harness does not start)."""
+        if any(arm.kind == "url" for arm in self.arms.values()):
+            return None
+        return cpu_layout(self.scenario.engine.device)
 
     @property
     def first_slot(self) -> int:
@@ -140,6 +150,7 @@ class RunPlan:
             "time_budget_s": self.time_budget_s,
             "untimed": list(self.untimed),
             "machine": machine(),
+            "cpu_layout": None if (layout := self.cpu_layout) is None else layout.manifest(),
             "complete": False,
             **extra,
         }
@@ -181,14 +192,29 @@ class Tally:
         return 2 * self.failed > self.requests
 
 
+BlockValues = Callable[[list[tuple[ServerRecord, list[RequestRecord]]], float], None]
+
+
 def run_schedule(
-    plan: RunPlan, rundir: RunDir, show: Callable[[SlotStatus], None]
+    plan: RunPlan,
+    rundir: RunDir,
+    show: Callable[[SlotStatus], None],
+    first_block: BlockValues | None = None,
 ) -> tuple[bool, Summary]:
     """Run every slot, say in the manifest whether the schedule finished, and summarise the
     run (summary.json). A BenchError (a server that cannot start, a write that fails) leaves it
     unsummarised. A finished run most of whose measured requests failed is no result: it is
-    summarised (its report shows the failures), then raised as a BenchError."""
-    complete, tally = execute(plan, rundir, show)
+    summarised (its report shows the failures), then raised as a BenchError (`finish`).
+    `first_block(slots, seconds)`: called once this call's first block has run, with each of its
+    slots' server and request records and the block's wall time (`bench run`'s estimate)."""
+    complete, tally = execute(plan, rundir, show, first_block)
+    return complete, finish(rundir, complete, tally)
+
+
+def finish(rundir: RunDir, complete: bool, tally: Tally) -> Summary:
+    """The end of a schedule (run here or on a cluster, harness/cluster/): the manifest says
+    whether it finished, the run is summarised, and a finished run most of whose measured
+    requests failed is raised as a BenchError."""
     rundir.update_manifest(complete=complete)
     summary = rundir.summarise()
     if complete and tally.mostly_failed:  # not the requests an interruption cut
@@ -198,21 +224,18 @@ def run_schedule(
         )
         rundir.update_manifest(error=error)
         raise BenchError(error)
-    return complete, summary
+    return summary
 
 
 def execute(
-    plan: RunPlan, rundir: RunDir, show: Callable[[SlotStatus], None]
+    plan: RunPlan,
+    rundir: RunDir,
+    show: Callable[[SlotStatus], None],
+    first_block: BlockValues | None = None,
 ) -> tuple[bool, Tally]:
     """Run every slot; whether the whole schedule ran, and the measured requests."""
-    source = plan.scenario.source or plan.scenario.name
-    for letter, arm in plan.arms.items():
-        if arm.kind != "url":
-            try:
-                scenario = scenario_source(source, plan.scenario.size, arm.overrides)
-            except ConfigError as exc:  # the file changed since the plan read it
-                raise BenchError(str(exc)) from None
-            rundir.write_scenario(letter, scenario)
+    write_scenarios(plan, rundir)
+    layout, block, started = plan.cpu_layout, [], time.monotonic()
     collector = SpanCollector()
     stop = _StopFlag()
     tally = Tally()
@@ -225,12 +248,29 @@ def execute(
                 if slot % plan.block_size == 0 and not budget.fits_another_block(slot):
                     rundir.update_manifest(budget_stop=budget.stop_note(slot))
                     return True, tally  # whole blocks: a finished (shorter) schedule
-                _run_slot(plan, rundir, collector, slot, plan.letters[slot], show, stop, tally)
+                letter = plan.letters[slot]
+                ran = _run_slot(plan, rundir, collector, slot, letter, show, stop, tally, layout)
+                if first_block is not None and len(block) < plan.block_size:
+                    block.append(ran)
+                    if len(block) == plan.block_size:
+                        first_block(block, time.monotonic() - started)
         return not stop.set, tally
     except Interrupted:
         return False, tally
     finally:
         collector.close()
+
+
+def write_scenarios(plan: RunPlan, rundir: RunDir) -> None:
+    """Each engine arm's scenario file in the run directory, the one its servers run."""
+    source = plan.scenario.source or plan.scenario.name
+    for letter, arm in plan.arms.items():
+        if arm.kind != "url":
+            try:
+                scenario = scenario_source(source, plan.scenario.size, arm.overrides)
+            except ConfigError as exc:  # the file changed since the plan read it
+                raise BenchError(str(exc)) from None
+            rundir.write_scenario(letter, scenario)
 
 
 class _Budget:
@@ -274,7 +314,9 @@ def request_digest(requests: Sequence[RequestSpec]) -> str:
     return hashlib.sha256(msgspec.msgpack.encode(requests)).hexdigest()[:16]
 
 
-def _run_slot(plan, rundir, collector, number, letter, show, stop, tally) -> None:
+def _run_slot(plan, rundir, collector, number, letter, show, stop, tally, layout=None):
+    """One slot; its server's record and its requests'. `layout`: a CPU run's cores
+    (cpu_layout.py): the API server, its worker and this process's load pinned to them."""
     arm = plan.arms[letter]
     slot = Slot(arm.name, letter, f"{letter}{number}", number // plan.block_size, number)
     status = SlotStatus(number, len(plan.letters), letter, arm.name, "starting")
@@ -294,7 +336,9 @@ def _run_slot(plan, rundir, collector, number, letter, show, stop, tally) -> Non
                 cwd=arm.tree,
                 log_path=log,
                 server_id=slot.server,
-                env=_timing(plan, letter, collector),
+                env=_timing(plan, letter, collector)
+                | (layout.worker_environment() if layout else {}),
+                cpus=layout.api if layout else None,
             )
             record.port = server.port
             server.start()
@@ -310,7 +354,8 @@ def _run_slot(plan, rundir, collector, number, letter, show, stop, tally) -> Non
         )
         seen = scrape.watching(show)
         with Sampler(local_url=url if server is None else None) as beside:
-            result = _drive(plan, shape, url, model, slot, status, seen, stop, watch)
+            with pinned(layout.client if layout else None):
+                result = _drive(plan, shape, url, model, slot, status, seen, stop, watch)
         metrics = scrape.rows(slot, result.t0_perf)
         records = result.records
         record.t0_unix = result.t0_unix
@@ -340,6 +385,7 @@ def _run_slot(plan, rundir, collector, number, letter, show, stop, tally) -> Non
             spans = collector.take(slot, wait_s)
         record.stop_unix = time.time()
         rundir.append_slot(records, spans, record, failed=fault, metrics=metrics)
+    return record, records
 
 
 def _timing(plan: RunPlan, letter: str, collector: SpanCollector) -> dict[str, str]:
@@ -372,6 +418,7 @@ def _drive(plan, shape: SlotLoad, url, model, slot, status, show, stop, watch):
                 event,
                 model=model,
                 shards=plan.shards,
+                clients=plan.clients,
                 send_for_s=plan.duration_s,
                 arrivals=shape.arrivals,
                 headers=plan.headers,

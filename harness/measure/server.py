@@ -66,15 +66,18 @@ _LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform == "linux" else None
 PR_SET_PDEATHSIG = 1
 
 
-def die_with_parent(sig: int = signal.SIGTERM):
+def die_with_parent(sig: int = signal.SIGTERM, cpus: set[int] | None = None):
     """A `preexec_fn` that has the kernel send `sig` to the child when the thread that started
     it exits, the harness killed with SIGKILL included; a child whose parent is already gone
-    signals itself. Linux only (elsewhere it does nothing). The child calls one C function and
-    nothing that takes a lock, so it is safe beside the harness's threads."""
+    signals itself; with `cpus`, it pins the child to them. Linux only (elsewhere it does
+    nothing). The child makes system calls and takes no lock, so it is safe beside the
+    harness's threads."""
     parent = os.getpid()
     prctl = _LIBC.prctl if _LIBC is not None else None
 
     def set_signal() -> None:
+        if cpus:
+            os.sched_setaffinity(0, cpus)
         if prctl is not None:
             prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0)
             if os.getppid() != parent:
@@ -124,10 +127,13 @@ class ServerProcess:
         server_id: str | None = None,
         python: str = sys.executable,
         command: list[str] | None = None,
+        cpus: tuple[int, ...] | None = None,
     ):
         """`command`: another server's argv in place of `engine serve` (a benchmark's own
         assembly, e.g. benchmarks/bench_api.py), listening on `port`; then `scenario`, `size`,
-        `overrides` and `server_id` are not used."""
+        `overrides` and `server_id` are not used. `cpus`: the cores the API server is pinned
+        to from its start (a CPU run's layout, cpu_layout.py; None: not pinned)."""
+        self.cpus = set(cpus) if cpus else None
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = Path(log_path) if log_path else None
@@ -159,7 +165,7 @@ class ServerProcess:
             stdout=self._log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            preexec_fn=die_with_parent(),
+            preexec_fn=die_with_parent(cpus=self.cpus),
         )
         return self
 

@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from engine.config import load_scenario
-from harness.analysis import metrics, phases
+from harness.analysis import phases, server_figures
 from harness.analysis.schema import SERVER_KEY
 from harness.measure.arms import Arm
 from harness.measure.request_sequence import build_requests
 from harness.measure.runner import RunPlan, run_schedule
 from harness.results import RunDir, load_run
+from harness.scenario import load_scenario
 
 SCENARIO, SIZE = "qwen35", "tiny"
 CONCURRENCY, REQUESTS, WARMUP, PERIOD = 4, 16, 2, 100
@@ -55,7 +55,7 @@ def run_session(tree: Path, commit: str | None, path: Path, servers: int = SERVE
 def samples(frames: dict[str, pd.DataFrame]) -> dict[str, list[float | None]]:
     """The tracked figures of each server, in schedule order, as costs: throughput as ms per
     1,000 output tokens, postprocess work per iteration, messages per request, TTFT p50."""
-    per_server = metrics.server_summary(frames["requests"], frames["servers"])
+    per_server = server_figures.server_summary(frames["requests"], frames["servers"])
     keys = per_server[SERVER_KEY]
     work = phases.phase_table(frames["spans"], phases.BY_SERVER)
     work = work[work["name"] == phases.POSTPROCESS_WORK]

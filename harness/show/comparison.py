@@ -7,7 +7,7 @@ from rich.console import Group
 from rich.markup import escape
 from rich.table import Table
 
-from harness.analysis.compare import Comparison
+from harness.analysis.comparison import Comparison
 from harness.analysis.phases import POSTPROCESS_WORK
 from harness.analysis.schema import LETTERS
 from harness.show.format import (

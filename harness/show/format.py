@@ -6,9 +6,11 @@ from __future__ import annotations
 import math
 
 from engine.spans import NOT_MESSAGES
-from harness.analysis.compare import Comparison
+from harness.analysis.block_model import MIN_BLOCKS
+from harness.analysis.comparison import Comparison
 from harness.analysis.phases import ALL_MESSAGES, POSTPROCESS_WORK
-from harness.analysis.stats import BETWEEN_RUNS, MIN_BLOCKS, ONE_BLOCK, Change
+from harness.analysis.stats import BETWEEN_RUNS
+from harness.analysis.verdict import ONE_BLOCK, Change
 
 MESSAGE_NOTE = (
     f"{ALL_MESSAGES} adds the messages the worker received; {', '.join(NOT_MESSAGES)} runs"

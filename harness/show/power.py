@@ -10,8 +10,9 @@ import math
 from rich.console import Group
 from rich.table import Table
 
+from harness.analysis.aa_run import PositionEffect
 from harness.analysis.phases import POSTPROCESS_WORK
-from harness.analysis.power import PositionEffect, PowerReport
+from harness.analysis.power_report import PowerReport
 from harness.analysis.power_stats import LARGEST, LEVEL, PLANTED, POWER, Rate
 from harness.show.format import percent, significant
 

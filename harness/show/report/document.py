@@ -14,12 +14,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from harness.analysis import phases
-from harness.analysis.compare import Comparison
+from harness.analysis.comparison import Comparison
 from harness.analysis.doubts import client_limit
-from harness.analysis.power import mismatch, rates_for
+from harness.analysis.power_report import mismatch, rates_for
 from harness.analysis.power_stats import PLANTED, POWER
 from harness.analysis.schema import LETTERS
-from harness.analysis.stats import BETWEEN_RUNS, FASTER, NO_CHANGE, NO_VERDICT, ONE_BLOCK, SLOWER
+from harness.analysis.stats import BETWEEN_RUNS
+from harness.analysis.verdict import FASTER, NO_CHANGE, NO_VERDICT, ONE_BLOCK, SLOWER
 from harness.show.format import (
     MESSAGE_NOTE,
     bound_text,
@@ -154,7 +155,7 @@ def setup(evidence: Evidence) -> str:
 
 def schedule(manifest: dict, c: Comparison) -> str:
     """`ABBA × 3` when the schedule repeats one block, `ABBA / BAAB × 4` when it alternates
-    two (analysis.stats.schedule), else the letters."""
+    two (analysis.block_model.schedule), else the letters."""
     letters = list(manifest.get("schedule") or [s.letter for s in c.servers])
     blocks = len({s.block for s in c.servers}) or 1
     size = len(letters) // blocks

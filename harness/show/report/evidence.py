@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from harness.analysis.compare import Comparison
+from harness.analysis.comparison import Comparison
 from harness.analysis.doubts import client_limit_doubts
-from harness.analysis.power import mismatch
+from harness.analysis.power_report import mismatch
 
 
 @dataclass

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from engine import spans as names
 from harness.analysis import phases
-from harness.analysis.compare import Comparison, FigureRow, PhaseRow
+from harness.analysis.comparison import Comparison, FigureRow, PhaseRow
 from harness.analysis.schema import LETTERS
 from harness.show.format import change_text, joined, number, verdict_text
 from harness.show.report.blocks import Table

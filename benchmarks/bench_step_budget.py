@@ -1,0 +1,202 @@
+"""The decode step's time budget by kernel class: what each class of kernel costs a step, the
+bytes it must move, and the bandwidth that makes against the GPU's peak.
+
+    python -m benchmarks.bench_step_budget --batch 64 --context 512 --markdown budget.md
+    python -m benchmarks.bench_step_budget --size tiny --batch 8 --context 64   # a CPU: ops
+
+On CUDA with graphs, `--replays` replays of the staged decode graph run under the torch
+profiler and each device kernel's time is summed; elsewhere eager steps run and each op's
+self time on the host is summed instead (the same table, a CPU's figures). Each kernel falls
+into one class by its name (`CLASSES`, first match; "other" lists its kernels so a new name
+is seen). The bytes a class must move a step are worked out from the engine itself
+(`traffic`): the dense weights for the GEMMs (each read once a step, whatever the rows), the
+recurrent states read and written for Gated DeltaNet, the K/V pages read for attention, the
+conv states, the logits for the sampler. Bytes over time is the class's achieved bandwidth;
+its floor is bytes over `--peak-gbs` (the H200's HBM3e: 4,800 GB/s), so "x floor" says how
+far each class is from the memory limit. Norms, activations and copies move activations
+only: no floor is given for them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from collections import defaultdict
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from benchmarks.options import positive_int
+
+PEAK_GBS = 4800.0  # the H200's HBM3e, GB/s
+CLASSES: tuple[tuple[str, str], ...] = (  # class, pattern over a kernel's (or op's) name
+    ("gdn", r"recurren|gdn|gated_delta|delta_rule|chunk_"),
+    ("attention", r"attention|attn|batchdecode|flashinfer|paged|decode_kernel"),
+    ("conv", r"conv"),
+    ("sampler", r"argmax|sampl|topk|softmax|logsumexp"),
+    ("norm", r"norm|rms"),
+    ("gemm", r"gemm|matmul|\bmm\b|aten::mm|addmm|linear|cublas|cutlass|xmma|nvjet|sm90|splitk"),
+)
+
+
+@dataclass(frozen=True)
+class ClassBudget:
+    name: str
+    us: float  # a step's time in this class
+    share: float  # of the step's summed kernel time
+    launches: float  # kernels a step
+    bytes: int | None  # it must move a step (None: activations only)
+    gbs: float | None  # bytes / us
+    floor_us: float | None  # bytes at the peak
+    top: list[tuple[str, float]]  # its costliest kernels: name, us a step
+
+
+def classify(name: str) -> str:
+    lowered = name.lower()
+    for label, pattern in CLASSES:
+        if re.search(pattern, lowered):
+            return label
+    return "other"
+
+
+def traffic(engine, batch: int, context: int) -> dict[str, int]:
+    """Bytes each class must move in one decode step of `batch` rows of `context` tokens."""
+    model, cache = engine.model, engine.cache
+    weights = sum(
+        p.numel() * p.element_size()
+        for name, p in model.named_parameters()
+        if p.dim() == 2 and "embed" not in name  # an embedding reads its `batch` rows alone
+    )
+    head = getattr(model, "lm_head", None)
+    if head is not None and head.weight is getattr(
+        getattr(model, "embed_tokens", None), "weight", None
+    ):
+        weights += head.weight.numel() * head.weight.element_size()  # tied: read as the head
+    per_slot = lambda tensors: sum(t[0].numel() * t.element_size() for t in tensors)  # noqa: E731
+    per_token = sum(t[0, 0].numel() * t.element_size() for t in (*cache.k, *cache.v))
+    vocab = model.config.vocab_size
+    return {
+        "gemm": weights,
+        "gdn": 2 * batch * per_slot(cache.ssm_state),  # each row's state read and written
+        "conv": 2 * batch * per_slot(cache.conv_state),
+        "attention": batch * context * per_token,  # every cached K/V read once
+        "sampler": batch * vocab * 4,  # fp32 logits read
+    }
+
+
+def budget(
+    kernels: list[tuple[str, float]], steps: int, moved: dict[str, int], peak_gbs: float
+) -> list[ClassBudget]:
+    """`kernels`: (name, us) of every kernel run over `steps` steps; one row a class, costliest
+    first."""
+    by_class: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for name, us in kernels:
+        by_class[classify(name)][name].append(us)
+    total = sum(us for _, us in kernels) or 1.0
+    rows = []
+    for label, names in by_class.items():
+        us = sum(sum(v) for v in names.values()) / steps
+        count = sum(len(v) for v in names.values()) / steps
+        moves = moved.get(label)
+        top = sorted(((n, sum(v) / steps) for n, v in names.items()), key=lambda x: -x[1])[:4]
+        rows.append(
+            ClassBudget(
+                label,
+                us,
+                us * steps / total,
+                count,
+                moves,
+                moves / us / 1e3 if moves and us else None,
+                moves / peak_gbs / 1e3 if moves else None,
+                top,
+            )  # fmt: skip
+        )
+    return sorted(rows, key=lambda r: -r.us)
+
+
+def render(rows: list[ClassBudget], title: str, peak_gbs: float) -> str:
+    floor = sum(r.floor_us or 0.0 for r in rows)
+    lines = [
+        f"### {title}",
+        "",
+        f"Kernel time {sum(r.us for r in rows):,.1f} us a step; the bytes it must move a step"
+        f" take {floor:,.1f} us at {peak_gbs:,.0f} GB/s.",
+        "",
+        "| class | us a step | share | kernels a step | MB a step | GB/s | floor us | x floor |"
+        " costliest |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        mb = f"{r.bytes / 1e6:,.1f}" if r.bytes else "-"
+        gbs = f"{r.gbs:,.0f}" if r.gbs else "-"
+        fl = f"{r.floor_us:,.1f}" if r.floor_us else "-"
+        times = f"{r.us / r.floor_us:.1f}" if r.floor_us else "-"
+        top = "; ".join(f"{n[:48]} {us:.1f}" for n, us in r.top)
+        lines.append(
+            f"| {r.name} | {r.us:,.1f} | {r.share:.0%} | {r.launches:.0f} | {mb} | {gbs} | {fl}"
+            f" | {times} | {top} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def profiled_kernels(engine, steps: int) -> list[tuple[str, float]]:
+    """(name, us) of each kernel of `steps` decode steps: graph replays' device kernels on
+    CUDA, eager steps' ops (self time on the host) elsewhere."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from benchmarks.device_streams import device_spans
+
+    if engine.graphs is not None:
+        step = engine.graphs.replay(engine.scheduler.schedule())
+        for _ in range(3):
+            step.graph.replay()
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for _ in range(steps):
+                step.graph.replay()
+            torch.cuda.synchronize()
+        return [(s.name, s.end_us - s.start_us) for s in device_spans(prof.events())]
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(steps):
+            engine.run_step()
+    return [(e.key, e.self_cpu_time_total) for e in prof.key_averages() if e.self_cpu_time_total]
+
+
+def main(argv: list[str] | None = None) -> None:
+    from benchmarks.bench_gpu_step import build
+    from harness.scenario import load_scenario
+
+    parser = argparse.ArgumentParser(prog="benchmarks.bench_step_budget")
+    parser.add_argument("--scenario", default="qwen35", choices=["qwen35", "orpheus"])
+    parser.add_argument("--size", default=None, help="default: the scenario's for this machine")
+    parser.add_argument("--batch", type=positive_int, default=64)
+    parser.add_argument("--context", type=positive_int, default=512)
+    parser.add_argument("--steps", type=positive_int, default=20, help="steps profiled")
+    parser.add_argument("--peak-gbs", type=float, default=PEAK_GBS)
+    parser.add_argument("--markdown", default=None, help="write the table here")
+    parser.add_argument("--json", default=None, help="write the rows here")
+    args = parser.parse_args(argv)
+    scenario = load_scenario(args.scenario, args.size)
+    cuda = torch.cuda.is_available()
+    engine = build(scenario, args.batch, args.context, args.steps + 8, "auto", graphs=cuda)
+    rows = budget(
+        profiled_kernels(engine, args.steps), args.steps,
+        traffic(engine, args.batch, args.context), args.peak_gbs,
+    )  # fmt: skip
+    where = "graph replays, device kernels" if engine.graphs is not None else "eager, host ops"
+    title = (
+        f"{scenario.name} {scenario.size} decode step, batch {args.batch}, context"
+        f" {args.context} ({where}, {args.steps} steps)"
+    )
+    text = render(rows, title, args.peak_gbs)
+    print(text)
+    if args.markdown:
+        Path(args.markdown).write_text(text)
+    if args.json:
+        Path(args.json).write_text(json.dumps([asdict(r) for r in rows], indent=1))
+
+
+if __name__ == "__main__":
+    main()
