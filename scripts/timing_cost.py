@@ -26,7 +26,8 @@ from engine.models import vocab_size  # noqa: E402
 from harness.analysis.block_model import schedule  # noqa: E402
 from harness.measure.arms import resolve  # noqa: E402
 from harness.measure.request_sequence import build_requests  # noqa: E402
-from harness.measure.runner import RunPlan, run_schedule  # noqa: E402
+from harness.measure.run_plan import RunPlan  # noqa: E402
+from harness.measure.runner import run_schedule  # noqa: E402
 from harness.results import RESULTS, RunDir  # noqa: E402
 from harness.scenario import load_scenario  # noqa: E402
 from harness.show.comparison import render  # noqa: E402

@@ -16,7 +16,7 @@ from harness.analysis.schema import RequestRecord, ServerRecord
 from harness.analysis.verdict import Rule
 from harness.measure.arms import Arm
 from harness.measure.cpu_layout import CpuLayout, cpu_layout, pinned
-from harness.measure.runner import RunPlan
+from harness.measure.run_plan import RunPlan
 from harness.measure.server import ServerProcess
 from harness.scenario import load_scenario
 from harness.show.cpu_run import estimate_text, layout_text

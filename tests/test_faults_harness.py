@@ -36,8 +36,8 @@ from harness.measure.http_client import Endpoint, Lane
 from harness.measure.lanes import Progress
 from harness.measure.mock.server import MockConfig, MockServer
 from harness.measure.preflight import check_window, steady_window
-from harness.measure.runner import Watch
 from harness.measure.server import free_port
+from harness.measure.watch import Watch
 from harness.results import load_run
 from harness.scenario import load_scenario
 from tests.test_bench_run import bench

@@ -368,7 +368,7 @@ def test_a_slot_that_measured_no_request_is_failed_not_skipped():
     nothing; its slot fails (exit 4) with what to do."""
     from dataclasses import replace as copy_with
 
-    from harness.measure.runner import Watch
+    from harness.measure.watch import Watch
 
     warm = [copy_with(_request(i, 0.0, 0.1, 0.2, 4), warmup=True) for i in range(3)]
     fault = Watch(None, 10.0).fault(warm)

@@ -12,7 +12,7 @@ import pytest
 
 from harness.analysis.schema import ServerRecord, Slot
 from harness.measure.lanes import Progress
-from harness.measure.runner import SlotLoad
+from harness.measure.run_plan import SlotLoad
 from harness.measure.scrape import SteadyScrape
 from harness.results import RunDir, load_run
 

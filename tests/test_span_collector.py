@@ -95,9 +95,10 @@ def test_records_of_an_engine_older_than_windows_are_still_read(collector, publi
 def test_an_untimed_arm_runs_its_servers_without_phase_timing(collector):
     """scripts/timing_cost.py compares timing on (A) against off (B) on one tree."""
     from engine import env
-    from harness.measure.runner import RunPlan, _timing
+    from harness.measure.run_plan import RunPlan
+    from harness.measure.slot import server_timing
 
     plan = RunPlan(None, {}, list("ABBA"), 4, 4, [], 0, 50, untimed=("B",))
-    on, off = _timing(plan, "A", collector), _timing(plan, "B", collector)
+    on, off = server_timing(plan, "A", collector), server_timing(plan, "B", collector)
     assert on[env.PHASE_TIMING.name] == "50" and on[env.SPAN_ADDR.name] == collector.address
     assert off.get(env.PHASE_TIMING.name, "0") == "0" and not off.get(env.SPAN_ADDR.name)

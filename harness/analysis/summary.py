@@ -95,7 +95,7 @@ def _comparison(manifest: dict, frames: dict[str, pd.DataFrame]) -> Comparison:
 
 
 def rule_of(manifest: dict) -> Rule:
-    """The verdict rule a run's manifest records (runner.rule_manifest); a field an older run
+    """The verdict rule a run's manifest records (run_plan.rule_manifest); a field an older run
     lacks is the default's, except its margin, which was 5% before significance came first."""
     default = Rule()
     return Rule(

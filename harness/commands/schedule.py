@@ -22,7 +22,9 @@ from harness.errors import BenchError, ExitCode
 from harness.measure.arms import Arm, resolve
 from harness.measure.continuation import continued_manifest, machine_note
 from harness.measure.preflight import preflight
-from harness.measure.runner import STALL_S, RunPlan, run_schedule
+from harness.measure.run_plan import RunPlan
+from harness.measure.runner import run_schedule
+from harness.measure.watch import STALL_S
 from harness.results import RunDir, new_run_id, new_run_path
 from harness.scenario import Scenario, load_scenario
 from harness.show.console import fail, output

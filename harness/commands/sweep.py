@@ -13,7 +13,7 @@ from harness.commands import workload as w
 from harness.errors import BenchError
 from harness.measure.arms import resolve_arms
 from harness.measure.arrivals import ArrivalSchedule
-from harness.measure.runner import SlotLoad
+from harness.measure.run_plan import SlotLoad
 from harness.scenario import ConfigError, load_scenario
 from harness.show.console import fail, notes
 from harness.show.measurement import render_sweep

@@ -19,7 +19,7 @@ from harness.errors import BenchError
 from harness.measure.arrivals import ArrivalSchedule
 from harness.measure.prompt_file import read_prompt_file
 from harness.measure.request_sequence import build_requests
-from harness.measure.runner import RunPlan, SlotLoad
+from harness.measure.run_plan import RunPlan, SlotLoad
 from harness.scenario import Scenario
 
 OPEN_LOOP_CAP = 1024  # requests in flight at most in the open loop, unless -c says otherwise

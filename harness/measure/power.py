@@ -18,7 +18,9 @@ from harness.analysis.power_report import PowerReport
 from harness.errors import BenchError
 from harness.measure.arms import resolve
 from harness.measure.request_sequence import build_requests
-from harness.measure.runner import RunPlan, SlotStatus, run_schedule
+from harness.measure.run_plan import RunPlan
+from harness.measure.runner import run_schedule
+from harness.measure.slot import SlotStatus
 from harness.results import RunDir, load_run, machine
 from harness.scenario import Scenario, parse_overrides
 

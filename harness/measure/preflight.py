@@ -15,7 +15,7 @@ import msgspec
 from harness.analysis import server_figures
 from harness.errors import BenchError
 from harness.measure.request_sequence import PromptList, RequestSequence, RequestSpec
-from harness.measure.runner import RunPlan
+from harness.measure.run_plan import RunPlan
 from harness.measure.server import model_card
 from harness.scenario import ConfigError, Scenario
 

@@ -21,7 +21,8 @@ from harness.analysis import phases, server_figures
 from harness.analysis.schema import SERVER_KEY
 from harness.measure.arms import Arm
 from harness.measure.request_sequence import build_requests
-from harness.measure.runner import RunPlan, run_schedule
+from harness.measure.run_plan import RunPlan
+from harness.measure.runner import run_schedule
 from harness.results import RunDir, load_run
 from harness.scenario import load_scenario
 

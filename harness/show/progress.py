@@ -1,6 +1,6 @@
 """Live progress of a run on the terminal; silent when stderr is not a terminal.
 
-It shows what the runner reports for each slot (harness/measure/runner.py, SlotStatus):
+It shows what the runner reports for each slot (harness/measure/slot.py, SlotStatus):
 which slot and arm, its phase, and during the load the requests done and in flight, tok/s
 and failures.
 """
