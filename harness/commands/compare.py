@@ -12,7 +12,8 @@ from pathlib import Path
 import typer
 
 from harness.analysis.pairing import pair_runs, run_labels
-from harness.commands import schedule as s
+from harness.commands import options as o
+from harness.commands.blocks import verdict_exit, verdict_rule
 from harness.errors import BenchError, ExitCode
 from harness.results import RESULTS, load_runs, report_context
 from harness.show.comparison import render
@@ -27,8 +28,8 @@ def main(
     as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON."),
     report: Path | None = typer.Option(None, help="Write report.md and plots into this directory."),
     html: bool = typer.Option(False, "--html", help="With --report, also write report.html."),
-    margin: float = s.MARGIN_OPTION,
-    fail_at: float = s.FAIL_AT_OPTION,
+    margin: float = o.MARGIN_OPTION,
+    fail_at: float = o.FAIL_AT_OPTION,
 ) -> None:
     """Compare recorded runs as arms A and B; exit 1 when B's headline figure is slower by at
     least --fail-at, 4 when a side has no run with a usable headline.
@@ -44,7 +45,7 @@ def main(
     paths = [[str(p) for p, _, _ in side] for side in sides]
     runs = [[(m, f) for _, m, f in side] for side in sides]
     labels = run_labels(*paths, *runs)
-    rule = s.verdict_rule(margin, fail_at, None)
+    rule = verdict_rule(margin, fail_at, None)
     manifest, frames, result = pair_runs(*runs, labels, " ".join(sys.argv), rule)
     if as_json:
         print(json.dumps(result.to_json(), indent=2))
@@ -60,4 +61,4 @@ def main(
         fail_line = said or f"failed runs left out: {', '.join(result.failed_servers)}"
         notes().print(f"[yellow]{fail_line}[/]")
         raise typer.Exit(ExitCode.SERVER_FAILED)
-    s.verdict_exit(notes(), result)
+    verdict_exit(notes(), result)

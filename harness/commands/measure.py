@@ -6,9 +6,11 @@ from pathlib import Path
 
 import typer
 
+from harness.commands import options as o
 from harness.commands import schedule as s
 from harness.commands import workload as w
 from harness.commands.report import report_run
+from harness.commands.targets import arm_scenarios, is_url, target_arm, vocab
 from harness.errors import BenchError, ExitCode
 from harness.scenario import ConfigError
 from harness.show.console import fail, notes
@@ -21,13 +23,13 @@ def main(
     slo_attainment: float = typer.Option(
         0.99, min=0.0, max=1.0, help="Share of requests that must meet --goodput, else exit 1."
     ),
-    scenario: str = s.URL_SCENARIO,
-    size: str | None = s.SIZE,
-    period: int = s.PERIOD,
-    shards: int = s.SHARDS,
-    out: Path | None = s.OUT,
-    overwrite: bool = s.OVERWRITE,
-    stall_timeout: float = s.STALL_TIMEOUT,
+    scenario: str = o.URL_SCENARIO,
+    size: str | None = o.SIZE,
+    period: int = o.PERIOD,
+    shards: int = o.SHARDS,
+    out: Path | None = o.OUT,
+    overwrite: bool = o.OVERWRITE,
+    stall_timeout: float = o.STALL_TIMEOUT,
     report: bool = typer.Option(False, "--report", help="Write report.md too."),
     clients: int = typer.Option(
         1,
@@ -35,8 +37,8 @@ def main(
         help="Client hosts for a URL's load: Ray actors on --cluster's nodes (default: a local"
         " Ray), each driving its share of -c; their clocks measured and aligned (docs/SCALE.md).",
     ),
-    cluster: str | None = s.CLUSTER,
-    as_json: bool = s.AS_JSON,
+    cluster: str | None = o.CLUSTER,
+    as_json: bool = o.AS_JSON,
     load_options: dict | None = None,
 ) -> None:
     """Measure one target: figures, goodput, phases; exit 1 when an SLO (--goodput) is missed.
@@ -44,12 +46,12 @@ def main(
     Exit 4 when its server failed, 2 on an error, 3 on a crash, 130 when interrupted."""
     console = notes()
     try:
-        resolved, arm = s.target_arm(target, scenario, size)
-        engines = s.arm_scenarios([arm], resolved)
-        load = w.workload(resolved, s.vocab(resolved), **load_options)
+        resolved, arm = target_arm(target, scenario, size)
+        engines = arm_scenarios([arm], resolved)
+        load = w.workload(resolved, vocab(resolved), **load_options)
     except (ConfigError, BenchError) as exc:
         fail(str(exc))
-    if not s.is_url(target) and resolved.size_reason != "asked for":
+    if not is_url(target) and resolved.size_reason != "asked for":
         console.print(f"size [bold]{resolved.size}[/] ({resolved.size_reason})")
     plan = load.plan(resolved, {"A": arm}, ["A"], 1, period, shards, stall_s=stall_timeout)
     manifest = {"kind": "measure", "goodput": load.slos_ms, "slo_attainment": slo_attainment}
@@ -75,7 +77,7 @@ def _on_clients(target: str, clients: int, cluster: str | None, plan):
     from dataclasses import replace
 
     try:
-        if not s.is_url(target):
+        if not is_url(target):
             raise BenchError("--clients drives a running server from several hosts: give its URL")
         if clients > plan.concurrency:
             raise BenchError(f"--clients {clients} is more than -c {plan.concurrency} lanes")

@@ -7,9 +7,12 @@ from pathlib import Path
 import typer
 
 from harness.analysis.block_model import MIN_BLOCKS, schedule
+from harness.commands import options as o
 from harness.commands import schedule as s
 from harness.commands import workload as w
+from harness.commands.blocks import block_count, until_decided, verdict_exit, verdict_rule
 from harness.commands.report import report_run
+from harness.commands.targets import arm_scenarios, vocab
 from harness.errors import BenchError
 from harness.measure.arms import resolve_arms
 from harness.scenario import ConfigError, load_scenario
@@ -73,37 +76,37 @@ def _main(
         " the headline is decided, up to --max-blocks.",
     ),
     max_blocks: int = typer.Option(
-        s.MAX_BLOCKS, min=MIN_BLOCKS, help="With --blocks auto: the most blocks in all."
+        o.MAX_BLOCKS, min=MIN_BLOCKS, help="With --blocks auto: the most blocks in all."
     ),
     arm: list[str] = typer.Option([], "--arm", help="NAME=SPEC, twice (A then B); see above."),
-    period: int = s.PERIOD,
-    size: str | None = s.SIZE,
-    out: Path | None = s.OUT,
-    overwrite: bool = s.OVERWRITE,
+    period: int = o.PERIOD,
+    size: str | None = o.SIZE,
+    out: Path | None = o.OUT,
+    overwrite: bool = o.OVERWRITE,
     continue_run: bool = typer.Option(
         False,
         "--continue",
         help="Add --blocks more blocks to the run in --out (same arms, scenario, load,"
         " --abba); the comparison covers every block.",
     ),
-    stall_timeout: float = s.STALL_TIMEOUT,
-    shards: int = s.SHARDS,
-    margin: float = s.MARGIN_OPTION,
-    fail_at: float = s.FAIL_AT_OPTION,
-    allow_interference: bool = s.ALLOW_INTERFERENCE,
-    time_budget: float | None = s.TIME_BUDGET,
+    stall_timeout: float = o.STALL_TIMEOUT,
+    shards: int = o.SHARDS,
+    margin: float = o.MARGIN_OPTION,
+    fail_at: float = o.FAIL_AT_OPTION,
+    allow_interference: bool = o.ALLOW_INTERFERENCE,
+    time_budget: float | None = o.TIME_BUDGET,
     report: bool = typer.Option(False, "--report", help="Write report.md and plots too."),
-    cluster: str | None = s.CLUSTER,
-    as_json: bool = s.AS_JSON,
+    cluster: str | None = o.CLUSTER,
+    as_json: bool = o.AS_JSON,
     load_options: dict | None = None,
 ) -> None:
     console = notes()
     try:
-        count, auto = s.block_count(blocks)
+        count, auto = block_count(blocks)
         resolved = load_scenario(scenario, size)
         arms = resolve_arms(arm)
-        engines = s.arm_scenarios(arms, resolved)
-        load = w.workload(resolved, s.vocab(resolved), **load_options)
+        engines = arm_scenarios(arms, resolved)
+        load = w.workload(resolved, vocab(resolved), **load_options)
         continued = s.continued_run(out, overwrite) if continue_run else None
     except (ConfigError, BenchError) as exc:
         fail(str(exc))
@@ -128,17 +131,17 @@ def _main(
         )
 
     def rules(look: int):
-        return s.verdict_rule(margin, fail_at, max_blocks if auto else None, look)
+        return verdict_rule(margin, fail_at, max_blocks if auto else None, look)
 
     if auto and continued is not None:
         count = max(1, MIN_BLOCKS - continued.next_block)
-    rundir, complete, result = s.until_decided(
+    rundir, complete, result = until_decided(
         run_blocks, continued, count, rules, max_blocks if auto else 0, time_budget, console
     )
     if report:  # before the exit-code checks, so a regression still gets its report
         console.print(f"report: {report_run(rundir.path)}")
     s.conclude(console, rundir, complete, result, render(result), as_json)
-    s.verdict_exit(console, result)
+    verdict_exit(console, result)
 
 
 _main.__doc__ = HELP

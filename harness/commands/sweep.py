@@ -8,8 +8,10 @@ from pathlib import Path
 
 import typer
 
+from harness.commands import options as o
 from harness.commands import schedule as s
 from harness.commands import workload as w
+from harness.commands.targets import arm_scenarios, is_url, target_arm, vocab
 from harness.errors import BenchError
 from harness.measure.arms import resolve_arms
 from harness.measure.arrivals import ArrivalSchedule
@@ -25,28 +27,28 @@ def main(
     rates: str | None = typer.Option(None, help="Request rates, e.g. 1,2,4,8 (open loop)."),
     concurrencies: str | None = typer.Option(None, help="Concurrencies, e.g. 1,4,16 (closed)."),
     arm: list[str] = typer.Option([], "--arm", help="NAME=SPEC, twice: two arms (bench run's)."),
-    scenario: str = s.URL_SCENARIO,
-    size: str | None = s.SIZE,
-    period: int = s.PERIOD,
-    shards: int = s.SHARDS,
-    out: Path | None = s.OUT,
-    overwrite: bool = s.OVERWRITE,
-    stall_timeout: float = s.STALL_TIMEOUT,
-    time_budget: float | None = s.TIME_BUDGET,
-    cluster: str | None = s.CLUSTER,
-    as_json: bool = s.AS_JSON,
+    scenario: str = o.URL_SCENARIO,
+    size: str | None = o.SIZE,
+    period: int = o.PERIOD,
+    shards: int = o.SHARDS,
+    out: Path | None = o.OUT,
+    overwrite: bool = o.OVERWRITE,
+    stall_timeout: float = o.STALL_TIMEOUT,
+    time_budget: float | None = o.TIME_BUDGET,
+    cluster: str | None = o.CLUSTER,
+    as_json: bool = o.AS_JSON,
     load_options: dict | None = None,
 ) -> None:
     """Measure one target at each load in turn; the curve and where it saturates."""
     console = notes()
     try:
         axis, loads = _loads(rates, concurrencies)
-        if arm and s.is_url(target):
+        if arm and is_url(target):
             raise BenchError("with --arm, TARGET is the scenario; give a URL as an arm's SPEC")
         if arm:
             resolved, arms = load_scenario(target, size), resolve_arms(arm)
         else:
-            resolved, one = s.target_arm(target, scenario, size)
+            resolved, one = target_arm(target, scenario, size)
             arms = [one]
         if resolved.load.api != "completions":
             raise BenchError(
@@ -57,8 +59,8 @@ def main(
         # checks'); each point's own is in `points` below
         first = {"concurrency": int(max(loads))} if axis == "concurrency" else {}
         first = first or {"request_rate": loads[0]}
-        load = w.workload(resolved, s.vocab(resolved), **(load_options | first))
-        engines = s.arm_scenarios(arms, resolved)
+        load = w.workload(resolved, vocab(resolved), **(load_options | first))
+        engines = arm_scenarios(arms, resolved)
     except (ConfigError, BenchError) as exc:
         fail(str(exc))
     # each load once per arm, A B then B A, so drift over the sweep falls on both arms alike
