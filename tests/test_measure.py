@@ -129,8 +129,8 @@ def test_the_example_prompt_file_reads():
 def test_the_preflight_reads_the_load_as_it_will_be_sent(tmp_path):
     """Fixed lengths and a prompt file's longest entry are what must fit; the closed loop's
     window is checked, the open loop's (its arrivals') is not."""
-    from harness.commands.schedule import arm_scenarios, vocab
-    from harness.commands.workload import workload
+    from harness.commands.targets import arm_scenarios, vocab
+    from harness.commands.workload import LoadOptions, workload
     from harness.measure.arms import resolve
     from harness.measure.preflight import preflight
     from harness.scenario import load_scenario
@@ -141,7 +141,7 @@ def test_the_preflight_reads_the_load_as_it_will_be_sent(tmp_path):
     limit = engines["A"].engine.max_model_len
 
     def check(**options):
-        load = workload(scenario, vocab(scenario), **options)
+        load = workload(scenario, vocab(scenario), LoadOptions(**options))
         preflight(load.plan(scenario, {"A": arm}, ["A"], 1, 100, 1), engines)
 
     check(concurrency=4, input_len=limit - 8, output_len=8)

@@ -17,7 +17,6 @@ from harness.show.console import fail, notes
 from harness.show.measurement import render
 
 
-@w.with_load_options()
 def main(
     target: str = typer.Argument(..., help="A scenario (a fresh engine) or a server's URL."),
     slo_attainment: float = typer.Option(
@@ -39,7 +38,21 @@ def main(
     ),
     cluster: str | None = o.CLUSTER,
     as_json: bool = o.AS_JSON,
-    load_options: dict | None = None,
+    # the load (options.py), gathered in w.LoadOptions below
+    concurrency: int | None = o.CONCURRENCY,
+    requests: int | None = o.REQUESTS,
+    duration: float | None = o.DURATION,
+    warmup: int | None = o.WARMUP,
+    request_rate: float | None = o.REQUEST_RATE,
+    burstiness: float = o.BURSTINESS,
+    input_len: int | None = o.INPUT_LEN,
+    output_len: int | None = o.OUTPUT_LEN,
+    prompts: Path | None = o.PROMPTS,
+    tokenizer: str | None = o.TOKENIZER,
+    seed: int | None = o.SEED,
+    chat: bool = o.CHAT,
+    header: list[str] = o.HEADER,
+    goodput: str | None = o.GOODPUT,
 ) -> None:
     """Measure one target: figures, goodput, phases; exit 1 when an SLO (--goodput) is missed.
 
@@ -48,7 +61,13 @@ def main(
     try:
         resolved, arm = target_arm(target, scenario, size)
         engines = arm_scenarios([arm], resolved)
-        load = w.workload(resolved, vocab(resolved), **load_options)
+        options = w.LoadOptions(
+            concurrency=concurrency, requests=requests, duration=duration, warmup=warmup,
+            request_rate=request_rate, burstiness=burstiness, input_len=input_len,
+            output_len=output_len, prompts=prompts, tokenizer=tokenizer, seed=seed, chat=chat,
+            header=tuple(header), goodput=goodput,
+        )  # fmt: skip
+        load = w.workload(resolved, vocab(resolved), options)
     except (ConfigError, BenchError) as exc:
         fail(str(exc))
     if not is_url(target) and resolved.size_reason != "asked for":

@@ -1,5 +1,5 @@
 """The options `bench run`, `bench measure` and `bench sweep` declare alike, each declared once
-here (the load's options: workload.py)."""
+here: the run's, then the load's (what they build: workload.py's LoadOptions and Workload)."""
 
 from __future__ import annotations
 
@@ -54,3 +54,40 @@ CLUSTER = typer.Option(
     help="Run the blocks as Ray tasks, each block whole on one node (one GPU, or a CPU):"
     " 'auto' (a local Ray on this machine), ray://HOST:PORT or HOST:PORT (docs/SCALE.md).",
 )
+
+# the load (docs/LOADGEN.md)
+OPEN_LOOP_CAP = 1024  # requests in flight at most in the open loop, unless -c says otherwise
+
+CONCURRENCY = typer.Option(
+    None,
+    "--concurrency",
+    "-c",
+    min=1,
+    help="Requests in flight (closed loop; no default: give -c or --request-rate), or their "
+    f"cap with --request-rate (default there: {OPEN_LOOP_CAP}).",
+)
+REQUESTS = typer.Option(
+    None, min=1, help="Measured requests per server (default: the scenario's; bench scenarios)."
+)
+DURATION = typer.Option(None, min=0.1, help="Seconds of load per server.")
+WARMUP = typer.Option(
+    None, min=0, help="Warmup requests per server (default: the scenario's; bench scenarios)."
+)
+REQUEST_RATE = typer.Option(
+    None, "--request-rate", help="Open loop: mean requests/s (Poisson arrivals); inf: all at once."
+)
+BURSTINESS = typer.Option(
+    1.0, help="Gamma shape of the arrivals (1: Poisson, <1 burstier), as vLLM's."
+)
+INPUT_LEN = typer.Option(None, "--input-len", min=1, help="Fixed prompt length in tokens.")
+OUTPUT_LEN = typer.Option(None, "--output-len", min=1, help="Fixed output length in tokens.")
+PROMPTS = typer.Option(
+    None, "--prompts", help="JSONL prompt file (text or token ids; ShareGPT-like accepted)."
+)
+TOKENIZER = typer.Option(
+    None, help="tokenizer.json or bytes, counting a prompt file's replies (default: words)."
+)
+SEED = typer.Option(None, help="Seed of the requests and arrivals (default: the scenario's).")
+CHAT = typer.Option(False, "--chat", help="Send /v1/chat/completions (text prompts only).")
+HEADER = typer.Option([], "--header", help="K:V header on every request (repeatable).")
+GOODPUT = typer.Option(None, help="SLOs in ms, e.g. ttft:200,tpot:50,e2e:2000 (as vLLM's).")

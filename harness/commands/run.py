@@ -67,7 +67,7 @@ Examples:
 """
 
 
-def _main(
+def main(
     scenario: str = typer.Argument(..., help="Scenario name (bench scenarios lists them)."),
     abba: bool = typer.Option(False, "--abba", help="ABBA and BAAB blocks in turn (else AB, BA)."),
     blocks: str = typer.Option(
@@ -98,7 +98,20 @@ def _main(
     report: bool = typer.Option(False, "--report", help="Write report.md and plots too."),
     cluster: str | None = o.CLUSTER,
     as_json: bool = o.AS_JSON,
-    load_options: dict | None = None,
+    # the load (options.py), gathered in w.LoadOptions below
+    concurrency: int | None = o.CONCURRENCY,
+    requests: int | None = o.REQUESTS,
+    duration: float | None = o.DURATION,
+    warmup: int | None = o.WARMUP,
+    request_rate: float | None = o.REQUEST_RATE,
+    burstiness: float = o.BURSTINESS,
+    input_len: int | None = o.INPUT_LEN,
+    output_len: int | None = o.OUTPUT_LEN,
+    prompts: Path | None = o.PROMPTS,
+    tokenizer: str | None = o.TOKENIZER,
+    seed: int | None = o.SEED,
+    chat: bool = o.CHAT,
+    header: list[str] = o.HEADER,
 ) -> None:
     console = notes()
     try:
@@ -106,7 +119,13 @@ def _main(
         resolved = load_scenario(scenario, size)
         arms = resolve_arms(arm)
         engines = arm_scenarios(arms, resolved)
-        load = w.workload(resolved, vocab(resolved), **load_options)
+        options = w.LoadOptions(
+            concurrency=concurrency, requests=requests, duration=duration, warmup=warmup,
+            request_rate=request_rate, burstiness=burstiness, input_len=input_len,
+            output_len=output_len, prompts=prompts, tokenizer=tokenizer, seed=seed, chat=chat,
+            header=tuple(header),
+        )  # fmt: skip
+        load = w.workload(resolved, vocab(resolved), options)
         continued = s.continued_run(out, overwrite) if continue_run else None
     except (ConfigError, BenchError) as exc:
         fail(str(exc))
@@ -144,5 +163,4 @@ def _main(
     verdict_exit(console, result)
 
 
-_main.__doc__ = HELP
-main = w.with_load_options(*(name for name in w.OPTIONS if name != "goodput"))(_main)
+main.__doc__ = HELP

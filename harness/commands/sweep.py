@@ -4,6 +4,7 @@ the same sweep for two arms of the scenario TARGET, A B then B A at alternate lo
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import typer
@@ -21,7 +22,6 @@ from harness.show.console import fail, notes
 from harness.show.measurement import render_sweep
 
 
-@w.with_load_options(*(name for name in w.OPTIONS if name != "request_rate"))
 def main(
     target: str = typer.Argument(..., help="A scenario (a fresh engine per point) or a URL."),
     rates: str | None = typer.Option(None, help="Request rates, e.g. 1,2,4,8 (open loop)."),
@@ -37,7 +37,20 @@ def main(
     time_budget: float | None = o.TIME_BUDGET,
     cluster: str | None = o.CLUSTER,
     as_json: bool = o.AS_JSON,
-    load_options: dict | None = None,
+    # the load (options.py), gathered in w.LoadOptions below
+    concurrency: int | None = o.CONCURRENCY,
+    requests: int | None = o.REQUESTS,
+    duration: float | None = o.DURATION,
+    warmup: int | None = o.WARMUP,
+    burstiness: float = o.BURSTINESS,
+    input_len: int | None = o.INPUT_LEN,
+    output_len: int | None = o.OUTPUT_LEN,
+    prompts: Path | None = o.PROMPTS,
+    tokenizer: str | None = o.TOKENIZER,
+    seed: int | None = o.SEED,
+    chat: bool = o.CHAT,
+    header: list[str] = o.HEADER,
+    goodput: str | None = o.GOODPUT,
 ) -> None:
     """Measure one target at each load in turn; the curve and where it saturates."""
     console = notes()
@@ -55,11 +68,16 @@ def main(
                 f"bench sweep draws tok/s curves; {resolved.name}'s load is {resolved.load.api}:"
                 " measure each load with bench measure"
             )
+        options = w.LoadOptions(
+            concurrency=concurrency, requests=requests, duration=duration, warmup=warmup,
+            burstiness=burstiness, input_len=input_len, output_len=output_len, prompts=prompts,
+            tokenizer=tokenizer, seed=seed, chat=chat, header=tuple(header), goodput=goodput,
+        )  # fmt: skip
         # the run's concurrency is the most in flight at any point (the manifest's and the
-        # checks'); each point's own is in `points` below
-        first = {"concurrency": int(max(loads))} if axis == "concurrency" else {}
-        first = first or {"request_rate": loads[0]}
-        load = w.workload(resolved, vocab(resolved), **(load_options | first))
+        # checks'); each point's own load is in `points` below
+        swept = {"concurrency": int(max(loads))} if axis == "concurrency" else {}
+        swept = swept or {"request_rate": loads[0]}
+        load = w.workload(resolved, vocab(resolved), replace(options, **swept))
         engines = arm_scenarios(arms, resolved)
     except (ConfigError, BenchError) as exc:
         fail(str(exc))
