@@ -279,6 +279,11 @@ def test_bench_sweep_and_usage_errors(mock_url, tmp_path):
     assert summary["points"][1]["output_tok_per_s"] > summary["points"][0]["output_tok_per_s"]
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["concurrency"] == 4  # the most in flight at any point, not a placeholder
+    assert manifest["load"] == {
+        "mode": "closed",
+        "per_point": ["concurrency"],
+        "api": "completions",
+    }
     for args in (
         ["measure", mock_url, "-c", "2", "--goodput", "latency:5"],
         ["measure", mock_url],  # neither -c nor --request-rate

@@ -91,6 +91,16 @@ class RunPlan:
             return self.points[slot]
         return SlotLoad(self.concurrency, self.arrivals)
 
+    def load_manifest(self) -> dict:
+        """The manifest's `load`: every slot's; for a sweep (`points`) what its points share,
+        `per_point` naming the fields each point sets (the manifest's `points` hold them)."""
+        if self.points is None:
+            return self.load(0).manifest() | {"api": self.api}
+        loads = [point.manifest() for point in self.points]
+        shared = {k: v for k, v in loads[0].items() if all(other.get(k) == v for other in loads)}
+        per_point = sorted({k for load in loads for k in load} - set(shared))
+        return shared | {"per_point": per_point, "api": self.api}
+
     def manifest(self, run_id: str, command: str, measured: int, arms: list[dict], **extra) -> dict:
         """manifest.json of the run (docs/RESULTS.md); `complete` until the schedule ends."""
         aa_check = self.arms["A"].same_code_as(self.arms["B"]) if "B" in self.arms else False
@@ -104,7 +114,7 @@ class RunPlan:
             "schedule": self.letters,
             "block_size": self.block_size,
             "concurrency": self.concurrency,
-            "load": self.load(0).manifest() | {"api": self.api},
+            "load": self.load_manifest(),
             "requests": measured,
             "request_digest": request_digest(self.requests),
             "duration_s": self.duration_s,
