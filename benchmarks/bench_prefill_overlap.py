@@ -21,7 +21,7 @@ prompts prefilled again each time). A cycle is one prefill and `--every` decode 
 
 - device: a spin kernel holds both streams while the host enqueues every cycle, so the time
   from its end to the last step's end is the GPU's alone: decode alone, prefill alone, both
-  on one stream (today's engine), both on two streams. `hidden` is the share of the prefill's
+  on one stream (the engine without engine.prefill_stream), both on two streams. `hidden` is the share of the prefill's
   own time the two streams save: (serial - two streams) / prefill alone.
 - loop: the host drives it as the overlapped worker does (a decode step launched, then the
   one before waited for; `--host-ms` of host work per iteration standing in for staging and
@@ -121,7 +121,8 @@ def loop_ms(decode, prefill, every: int, cycles: int, two: bool, host_ms: float)
     """ms a cycle with the host in the loop, as the overlapped worker runs: each iteration
     launches a decode step, then waits for the one before (and spends `host_ms` as if
     postprocessing it); a cycle's first iteration also launches the prefill, on the decode
-    stream (`two` False: today's engine, the decode steps wait for it) or its own."""
+    stream (`two` False: as without engine.prefill_stream, the decode steps wait for it) or its
+    own."""
     main, side = torch.cuda.current_stream(), torch.cuda.Stream()
     before = None
     torch.cuda.synchronize()

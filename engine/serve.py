@@ -102,7 +102,7 @@ def serve(
     try:
         worker = start_worker(command(ipc_path))
         # Imported once the worker runs: its start (torch's import, ~1.5 s on 2 cores) overlaps
-        # aiohttp's and the API's (~0.2 s), which a start used to wait for.
+        # aiohttp's and the API's (~0.2 s) instead of following it.
         from engine.api.serving import run_api
 
         return asyncio.run(run_api(served, make_tokenizer, sock, ipc_path, worker))

@@ -77,7 +77,7 @@ def test_begin_resume_times_the_same_path_every_sample():
     bench = Postprocess()
     bench.setup(128)
     drifting = [bench.time_begin_resume(128).need for _ in range(600)]
-    assert PostprocessNeed.SEND in drifting  # what a sample of many calls used to time
+    assert PostprocessNeed.SEND in drifting  # what a sample of many calls would time
     for _ in range(600):
         bench.reset()
         assert bench.time_begin_resume(128).need is PostprocessNeed.DONE

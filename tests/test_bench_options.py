@@ -1,6 +1,6 @@
 """The micro-benchmarks refuse a count below 1 when they read their options (a one-line
-error, exit 2), before any model, kernel or GPU: `--steps 0` used to run the whole set-up and
-then fail on the summary of no samples (AttributeError)."""
+error, exit 2), before any model, kernel or GPU: unchecked, `--steps 0` would run the whole
+set-up and then fail on the summary of no samples (AttributeError)."""
 
 from __future__ import annotations
 

@@ -575,7 +575,7 @@ def test_accept_errors_make_one_log_line_a_burst(caplog):
     assert "(49 more in the last burst)" in lines[1] and not any(r.exc_info for r in caplog.records)
 
 
-# --- 17. bodies and fields that used to get a 500 or pass (INVARIANTS 20) -----------------
+# --- 17. bodies and fields that would get a 500 or pass unchecked (INVARIANTS 20) ----------
 
 
 def _post_raw(port: int, path: str, body: bytes, headers: dict | None = None):
@@ -838,7 +838,7 @@ def test_a_stats_call_aborted_while_the_worker_stalls_wedges_nothing(engine_serv
 
 @pytest.mark.slow
 def test_tiny_temperature_and_top_p_sample_safely_end_to_end(tiny_server):
-    """Values validation admits that used to crash the worker (RELIABILITY 2)."""
+    """Values the validation admits that could crash the worker unguarded (RELIABILITY 2)."""
     prompt = [3, 1, 4, 1, 5]
     status, greedy = tiny_server.complete(
         prompt=prompt, max_tokens=6, temperature=0, ignore_eos=True

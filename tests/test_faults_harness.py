@@ -277,8 +277,8 @@ def test_a_load_that_does_not_fit_an_arms_engine_is_refused_before_any_server(tm
 
 
 def test_a_load_without_a_steady_window_is_refused_with_what_would_do(tmp_path):
-    """The H200 run of issue 13 (-c 64, 80 requests, 16 warmup) in the tiny scenario's
-    lengths: it never has a steady window."""
+    """-c 64, 80 requests and 16 warmup in the tiny scenario's lengths: a load that never has
+    a steady window."""
     proc = bench(
         "run", "qwen35", "--size", "tiny", "-c", "64", "--requests", "80", "--warmup", "16",
         "--arm", "a=worktree", "--arm", "b=worktree", "--out", str(tmp_path / "run"),
@@ -377,7 +377,7 @@ SCENARIO = (ROOT / "scenarios" / "qwen35.yaml").read_text()
 def test_a_run_that_cannot_give_a_result_is_refused_before_any_server(
     tmp_path, text, arms, message
 ):
-    """Each used to run every server and exit 0 with nothing (a headline no figure has), exit 3
+    """Unchecked, each would run every server and exit 0 with nothing (a headline no figure has), exit 3
     with a KeyError (arch, preset) or wait 180 s for a worker that never warmed up (a config
     that hangs): now exit 2, one line, before anything is written (RELIABILITY 18, 19)."""
     path = tmp_path / "scenario.yaml"

@@ -146,7 +146,7 @@ def _fixed_grid_op(mixed, ab, weight, conv, state, gates, batch, split=SPLIT_DEF
 
 
 def _dispatch_op(mixed, ab, weight, conv, state, gates, batch):
-    """Today's eager op of a prefill or mixed step (CudaOps.linear_attention, `triton_split`)."""
+    """The eager op of a prefill or mixed step (CudaOps.linear_attention, `triton_split`)."""
     from engine.kernels import triton_gdn
 
     qkv = triton_gdn.causal_conv(mixed, weight, conv, batch)

@@ -100,7 +100,7 @@ def test_08b_bf16_kernels_are_as_close_to_fp32_as_the_bf16_reference():
     max |logit error| 0.9-1.2 over 248k logits of std ~3, for the reference and the kernels
     alike); the kernels must add no error of their own, which a wrong kernel (a missed gate,
     a wrong state, a wrong page) would, by far. Greedy first tokens are printed, not asserted:
-    with errors that size a near-tie flips either way (the H200 run: kernels 4 of 6 equal to
+    with errors that size a near-tie flips either way (on the H200: kernels 4 of 6 equal to
     fp32's, the bf16 reference 6 of 6)."""
     lengths = [1, 7, 64, 200, 513, 1000]
     prompts = [[(13 * i + 7 * j) % 240_000 + 1 for j in range(n)] for i, n in enumerate(lengths)]

@@ -38,7 +38,7 @@ def test_a_ten_percent_step_is_found_with_few_false_flags():
     assert found_share(noise, math.log(1.10), draws=1000, seed=1) >= 0.95
     assert found_share(noise, -math.log(0.90), draws=1000, seed=2) >= 0.95
     assert false_flags(noise, series=100, seed=3) <= 1.0
-    # one server a commit (the session before): no longer enough
+    # one server a commit is not enough
     assert found_share(SeriesNoise(servers=1, spread=0.06), math.log(1.10), 1000, 4) < 0.6
 
 

@@ -157,7 +157,7 @@ def test_prefill_hold_releases_at_once_for_a_full_step_or_a_begun_prompt():
 
 def test_prefill_hold_zero_prefills_each_arrival_at_once():
     config = EngineConfig(page_size=4, max_rows=8, max_tokens_per_step=64)
-    assert config.prefill_hold_steps == 0  # the default: today's scheduling
+    assert config.prefill_hold_steps == 0  # the default: no prefill waits
     sched, _ = make(config)
     walks = _walks(sched, 3, {0: [req(0, 4, 40)], 1: [req(1, 4, 40)]})
     assert walks == [[("prefill", 0)], [("prefill", 1)], [("decode", 0), ("decode", 1)]]

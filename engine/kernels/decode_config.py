@@ -68,10 +68,10 @@ class DecodeLaunch:
 def launch_for(head_dim: int) -> DecodeLaunch:
     """The default launch for a head dim. A tile of K and V is 2 x block_n x head_dim x 2 bytes
     in bf16: 32 KiB at block_n 64 for 128 (Orpheus 3b) and at 32 for 256 (0.8b). 2 stages: one
-    tile in flight while the program works on the last. Measured on the H200 (session 13,
-    `bench_decode_attention --sweep`, one layer call in graphs, equal lengths): 2 stages beat 3,
-    the first default, at every serving shape, 0.8b 64 rows x 512 tokens 33.8 -> 29.4 us, 128 x
-    512 55.5 -> 47.7; 3b 64 x 512 48.8 -> 43.5 us; 4 stages were slower than 3. The sm_90
+    tile in flight while the program works on the last. On the H200 (`bench_decode_attention
+    --sweep`, one layer call in graphs, equal lengths) 2 stages beat 3 at every serving shape,
+    0.8b 64 rows x 512 tokens 33.8 -> 29.4 us, 128 x 512 55.5 -> 47.7; 3b 64 x 512 48.8 -> 43.5
+    us; 4 stages were slower than 3. The sm_90
     compile (tests/test_triton_compile.py; scripts/kernel_registers.py) keeps it unspilled. 4
     warps: the score tile [16, block_n] and the fp32 output [16, head_dim] over 128 threads.
     block_n 64 at head dim 256 takes 138 KiB of shared memory at 3 stages (one program an SM)."""

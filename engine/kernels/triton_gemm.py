@@ -45,7 +45,7 @@ asks L2 for the head of its weight slice (`prefetch_lines` 128-byte lines of eac
 BLOCK_N rows, at most PREFETCH_BYTES) before it waits for the kernel before it: the weight
 depends on no earlier kernel, so its first bytes stream while that kernel finishes, and the
 loop then reads them from L2. A GEMM here is ~7-10 us of launch, ramp and latency for ~2-4 us
-of weight traffic (0.8b, 64 rows, session 8): the wait is what the prefetch hides.
+of weight traffic (0.8b, 64 rows): the wait is what the prefetch hides.
 
 x's rows may be strided (a gathered or split view), its last axis contiguous; the weight is
 [N, K] contiguous (a Linear's, a packed buffer's, or a view of its rows). Grids come from the
