@@ -65,7 +65,13 @@ def main(order: list[str]) -> None:
         print(f"engine {n} ({kind}) prefilled state norms {got['state']}")
         for count in COUNTS:
             eager, graph = got[count]
-            line = f"  count {count:2d}: |graph-eager| {(graph - eager).abs().max().item():.3f}"
+            diff = (graph - eager).abs()
+            worst = divmod(diff.argmax().item(), diff.shape[-1])
+            line = (
+                f"  count {count:2d}: |graph-eager| {diff.max().item():.3f} at (row, id) {worst}"
+                f" eager {eager[worst].item():.3f} graph {graph[worst].item():.3f}"
+                f" max|logit| {eager.abs().max().item():.2f}"
+            )
             if first is not None:
                 e0, g0 = first[count]
                 line += (
