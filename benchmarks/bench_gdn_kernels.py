@@ -43,7 +43,7 @@ import os
 import re
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from types import SimpleNamespace
 
 import torch
@@ -53,6 +53,12 @@ from benchmarks.options import positive_int
 from engine.config import TRITON_LAUNCHES, KernelsConfig
 from engine.config.gdn_split import SPLIT_DEFAULT, SplitConfig, parse_split_config
 from engine.kernels.gdn_config import SWEEP_AXES, combine_winners, split_sweep
+from engine.kernels.gdn_launch import (
+    PIPELINED_LAUNCH,
+    RECURRENT_LAUNCH,
+    PipelinedLaunch,
+    RecurrentLaunch,
+)
 from engine.models.qwen35_config import LINEAR, PRESETS
 from harness.scenario import load_scenario
 
@@ -62,6 +68,9 @@ SCHEMA = 1  # of the --json records
 # flagged: bf16 outputs round at ~4e-3 of their size, TF32 products differ by less.
 ERR_FLAG = 2e-2
 PAGE = 16  # the KV page size of the staged steps (the scenario's)
+# The recurrence's launches a case hands the CUDA ops: the grid kernel's and the pipelined's.
+Launches = tuple[RecurrentLaunch, PipelinedLaunch]
+DEFAULT_LAUNCHES: Launches = (RECURRENT_LAUNCH, PIPELINED_LAUNCH)
 
 
 @dataclass(frozen=True)
@@ -132,7 +141,7 @@ class Bench:
                                             self.device, slots=1, gdn_chunk=chunk)  # fmt: skip
         return self.inputs[chunk]
 
-    def ops(self, path: str, split: SplitConfig):
+    def ops(self, path: str, split: SplitConfig, launches: Launches = DEFAULT_LAUNCHES):
         from engine.kernels.cuda_ops import CudaOps
 
         gdn_prefill = {"captured": "auto", "pipelined": "triton"}.get(path, path)
@@ -142,17 +151,20 @@ class Bench:
             gdn_split=str(split),
             gdn_decode="pipelined" if path == "pipelined" else "grid",
         )
-        return CudaOps(self.layer, self.device, PAGE, 1, kernels)  # fmt: skip
+        return CudaOps(self.layer, self.device, PAGE, 1, kernels, *launches)
 
-    def case(self, shape: Shape, path: str, state_dtype: str, split: SplitConfig):
-        """A zero-argument call of the layer's op for `shape` on `path`, and a function that
-        restores the state pools and returns one call's output (the real tokens')."""
+    def case(
+        self, shape: Shape, path: str, state_dtype: str, split: SplitConfig, launches: Launches
+    ):
+        """A zero-argument call of the layer's op for `shape` on `path` (the recurrence launched
+        as `launches` say), and a function that restores the state pools and returns one call's
+        output (the real tokens')."""
         from engine.kernels import triton_gdn
         from engine.worker.piecewise import token_buckets_up_to
 
         tokens = sum(shape.num_new)
         bucket = next(b for b in token_buckets_up_to(self.args.max_tokens) if b >= tokens)
-        ops = self.ops(path, split)
+        ops = self.ops(path, split, launches)
         gen = torch.Generator().manual_seed(tokens)  # every path of a shape: the same inputs
         x = torch.randn(bucket, self.config.hidden_size, generator=gen)
         x = x[: bucket if path == "captured" else tokens].to(self.device, self.dtype)
@@ -215,11 +227,18 @@ def _stage(inputs, shape: Shape, ops, bucket: int, captured: bool):
     return inputs.stage(rows, cache, ops)
 
 
-def measure(bench: Bench, sample: Sample, split: SplitConfig, want: torch.Tensor | None):
+def measure(
+    bench: Bench,
+    sample: Sample,
+    split: SplitConfig,
+    want: torch.Tensor | None,
+    launches: Launches = DEFAULT_LAUNCHES,
+):
     """Fill `sample` (its error where the call fails); returns the call's fresh output."""
     args = bench.args
     try:
-        call, fresh = bench.case(Shape.parse(sample.shape), sample.path, sample.state_dtype, split)
+        shape = Shape.parse(sample.shape)
+        call, fresh = bench.case(shape, sample.path, sample.state_dtype, split, launches)
         out = fresh()
         if want is not None:
             sample.err = ((out - want).abs().max() / want.abs().max().clamp(min=1e-30)).item()
@@ -349,53 +368,38 @@ def run_recurrent(
     bench: Bench, launches: list[tuple[int, int]], show: Callable[[Sample], None]
 ) -> list[Sample]:
     """Every recurrent launch on every decode shape (path `triton`: a decode step's op), each
-    against the engine's launch (triton_gdn.RECURRENT_BV / RECURRENT_WARPS, measured first),
-    then the engine's launch in the recurrence's other form (RECURRENT_ONE_PASS flipped,
-    labelled `one_pass=...`), then the pipelined kernel (engine.gdn_decode pipelined) under
-    each launch of PIPELINED_SWEEP, every output held to the first's; the module's launches
-    and form restored after."""
-    from engine.kernels import triton_gdn
-
+    against the engine's launch (gdn_launch.RECURRENT_LAUNCH, measured first), then the
+    engine's launch in the recurrence's other form (`one_pass` flipped, labelled
+    `one_pass=...`), then the pipelined kernel (engine.gdn_decode pipelined) under each launch
+    of PIPELINED_SWEEP, every output held to the first's; each handed to the engine's CUDA ops,
+    which run it in the engine's own op."""
     args, samples = bench.args, []
-    default = (triton_gdn.RECURRENT_BV, triton_gdn.RECURRENT_WARPS)
-    one_pass = triton_gdn.RECURRENT_ONE_PASS
-    pipelined = (triton_gdn.PIPELINED_BV, triton_gdn.PIPELINED_WARPS,
-                 triton_gdn.PIPELINED_PER_SM, triton_gdn.PIPELINED_STAGES)  # fmt: skip
-    runs = [(*default, one_pass), (*default, not one_pass)]
-    runs += [(bv, warps, one_pass) for bv, warps in launches if (bv, warps) != default]
+    default = RECURRENT_LAUNCH
+    runs = [default, replace(default, one_pass=not default.one_pass)]
+    runs += [
+        RecurrentLaunch(bv, warps, default.one_pass)
+        for bv, warps in launches
+        if (bv, warps) != (default.bv, default.warps)
+    ]
     state_dtype = args.state_dtypes[0]
-    try:
-        for shape in args.recurrent_shapes:
-            want = None
-            for bv, warps, form in runs:
-                triton_gdn.RECURRENT_BV, triton_gdn.RECURRENT_WARPS = bv, warps
-                triton_gdn.RECURRENT_ONE_PASS = form
-                label = f"recurrent bv={bv},warps={warps}"
-                if form != one_pass:
-                    label += f",one_pass={form}"
-                sample = Sample(str(shape), "triton", state_dtype, label, "recurrent")
-                out = measure(bench, sample, SPLIT_DEFAULT, want)
-                want = out if want is None else want
-                samples.append(sample)
-                show(sample)
-            for launch in PIPELINED_SWEEP:
-                pipelined_launch(triton_gdn, launch)
-                label = "pipelined bv={},warps={},per_sm={},stages={}".format(*launch)
-                sample = Sample(str(shape), "pipelined", state_dtype, label, "recurrent")
-                measure(bench, sample, SPLIT_DEFAULT, want)
-                samples.append(sample)
-                show(sample)
-    finally:
-        triton_gdn.RECURRENT_BV, triton_gdn.RECURRENT_WARPS = default
-        triton_gdn.RECURRENT_ONE_PASS = one_pass
-        pipelined_launch(triton_gdn, pipelined)
+    for shape in args.recurrent_shapes:
+        want = None
+        for launch in runs:
+            label = f"recurrent bv={launch.bv},warps={launch.warps}"
+            if launch.one_pass != default.one_pass:
+                label += f",one_pass={launch.one_pass}"
+            sample = Sample(str(shape), "triton", state_dtype, label, "recurrent")
+            out = measure(bench, sample, SPLIT_DEFAULT, want, (launch, PIPELINED_LAUNCH))
+            want = out if want is None else want
+            samples.append(sample)
+            show(sample)
+        for pipelined in PIPELINED_SWEEP:
+            label = "pipelined bv={},warps={},per_sm={},stages={}".format(*pipelined)
+            sample = Sample(str(shape), "pipelined", state_dtype, label, "recurrent")
+            measure(bench, sample, SPLIT_DEFAULT, want, (default, PipelinedLaunch(*pipelined)))
+            samples.append(sample)
+            show(sample)
     return samples
-
-
-def pipelined_launch(triton_gdn, launch: tuple[int, int, int, int]) -> None:
-    """Set the pipelined recurrence's launch: value columns, warps, programs an SM, stages."""
-    (triton_gdn.PIPELINED_BV, triton_gdn.PIPELINED_WARPS, triton_gdn.PIPELINED_PER_SM,
-     triton_gdn.PIPELINED_STAGES) = launch  # fmt: skip
 
 
 def _fla_importable() -> bool:

@@ -75,7 +75,8 @@ class ForwardBatch:
     last_index: torch.Tensor | None = None  # [R] int32, staged last_token_index
     host: HostLayout | None = None
     feed_index: torch.Tensor | None = None  # [T] int32, -1 or an index into the fed tokens
-    # Kept by the Gated DeltaNet kernels at the step's first layer (engine/kernels/triton_gdn.py):
+    # Kept by the Gated DeltaNet kernels at the step's first layer (engine/kernels/triton_gdn.py,
+    # triton_gdn_split.py):
     gdn_chunks: tuple | None = None  # ((chunk, row0), tables) of the split kernel
     gdn_one_token_rows: int | None = None  # how many leading rows have one new token
     gdn_scratch: tuple | None = None  # (shape, tensors): the split kernel's scratch, a step's

@@ -89,7 +89,7 @@ def test_best_per_shape_pairs_the_default_with_the_fastest():
 
 def test_the_benchmark_runs_in_the_interpreter(tmp_path):
     pytest.importorskip("triton")
-    from engine.kernels import triton_gdn
+    from engine.kernels.gdn_launch import PIPELINED_LAUNCH, RECURRENT_LAUNCH
 
     out = tmp_path / "gdn.json"
     root = Path(__file__).resolve().parents[1]
@@ -124,14 +124,14 @@ def test_the_benchmark_runs_in_the_interpreter(tmp_path):
     # same rule summed in another order: bf16 outputs within a rounding), then the one asked
     # for, the same outputs (each program's columns are its own: no sum is reordered)
     recurrent = [s for s in samples if s["kind"] == "recurrent"]
-    engine = f"recurrent bv={triton_gdn.RECURRENT_BV},warps={triton_gdn.RECURRENT_WARPS}"
-    other = f"one_pass={not triton_gdn.RECURRENT_ONE_PASS}"
+    engine = f"recurrent bv={RECURRENT_LAUNCH.bv},warps={RECURRENT_LAUNCH.warps}"
+    other = f"one_pass={not RECURRENT_LAUNCH.one_pass}"
     # and then the pipelined kernel (engine.gdn_decode) under each launch of its sweep, the
     # same per-tile arithmetic: the same outputs
     from benchmarks.bench_gdn_kernels import PIPELINED_SWEEP
 
-    default = (triton_gdn.PIPELINED_BV, triton_gdn.PIPELINED_WARPS,
-               triton_gdn.PIPELINED_PER_SM, triton_gdn.PIPELINED_STAGES)  # fmt: skip
+    p = PIPELINED_LAUNCH
+    default = (p.bv, p.warps, p.per_sm, p.stages)
     assert PIPELINED_SWEEP[0] == default  # the engine's launch first
 
     pipelined = [("3d", "pipelined bv={},warps={},per_sm={},stages={}".format(*launch))

@@ -651,8 +651,9 @@ def test_the_pipelined_decode_recurrence_equals_the_grid_one(rows, state_dtype):
     same inputs: outputs and the rows' states within float rounding (the same per-tile
     arithmetic: printed whether bit for bit), the other slots untouched; under every launch
     of bench_gdn_kernels' PIPELINED_SWEEP too, and replayed in a CUDA graph."""
-    from benchmarks.bench_gdn_kernels import PIPELINED_SWEEP, pipelined_launch
+    from benchmarks.bench_gdn_kernels import PIPELINED_SWEEP
     from engine.kernels import triton_gdn
+    from engine.kernels.gdn_launch import PipelinedLaunch
 
     gen = torch.Generator(device=CUDA).manual_seed(rows)
     hk, hv, dk, dv, slots_n = 16, 16, 128, 128, rows + 9
@@ -674,33 +675,27 @@ def test_the_pipelined_decode_recurrence_equals_the_grid_one(rows, state_dtype):
                                             dk, dv)  # fmt: skip
     others = torch.ones(slots_n, dtype=torch.bool, device=CUDA)
     others[slots.long()] = False
-    default = (triton_gdn.PIPELINED_BV, triton_gdn.PIPELINED_WARPS,
-               triton_gdn.PIPELINED_PER_SM, triton_gdn.PIPELINED_STAGES)  # fmt: skip
-    try:
-        for launch in PIPELINED_SWEEP:
-            pipelined_launch(triton_gdn, launch)
-            state = state0.clone()
-            got = triton_gdn.gated_delta_recurrent(qkv, a, b, A_log, dt_bias, state, meta, hk,
-                                                   dk, dv, pipelined=True)  # fmt: skip
-            exact = torch.equal(got, want) and torch.equal(state, grid_state)
-            print(f"rows {rows} {state_dtype} launch {launch}: bit for bit {exact}")
-            torch.testing.assert_close(got.float(), want.float(), atol=2e-2, rtol=2e-2)
-            torch.testing.assert_close(state.float(), grid_state.float(), atol=1e-3, rtol=1e-3)
-            assert torch.equal(state[others], state0[others])
-        pipelined_launch(triton_gdn, default)
+    for launch in PIPELINED_SWEEP:
         state = state0.clone()
-        out = torch.empty_like(want)
-        args = (qkv, a, b, A_log, dt_bias, state, meta, hk, dk, dv)
-        triton_gdn.gated_delta_recurrent(*args, out=out, pipelined=True)  # compiled first
-        state.copy_(state0)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            triton_gdn.gated_delta_recurrent(*args, out=out, pipelined=True)
-        state.copy_(state0)
-        out.zero_()
-        graph.replay()
-        torch.cuda.synchronize()
-        torch.testing.assert_close(out.float(), want.float(), atol=2e-2, rtol=2e-2)
+        got = triton_gdn.gated_delta_recurrent(qkv, a, b, A_log, dt_bias, state, meta, hk, dk, dv,
+                                               pipelined=True,
+                                               pipelined_launch=PipelinedLaunch(*launch))  # fmt: skip
+        exact = torch.equal(got, want) and torch.equal(state, grid_state)
+        print(f"rows {rows} {state_dtype} launch {launch}: bit for bit {exact}")
+        torch.testing.assert_close(got.float(), want.float(), atol=2e-2, rtol=2e-2)
         torch.testing.assert_close(state.float(), grid_state.float(), atol=1e-3, rtol=1e-3)
-    finally:
-        pipelined_launch(triton_gdn, default)
+        assert torch.equal(state[others], state0[others])
+    state = state0.clone()
+    out = torch.empty_like(want)
+    args = (qkv, a, b, A_log, dt_bias, state, meta, hk, dk, dv)
+    triton_gdn.gated_delta_recurrent(*args, out=out, pipelined=True)  # compiled first
+    state.copy_(state0)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        triton_gdn.gated_delta_recurrent(*args, out=out, pipelined=True)
+    state.copy_(state0)
+    out.zero_()
+    graph.replay()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(out.float(), want.float(), atol=2e-2, rtol=2e-2)
+    torch.testing.assert_close(state.float(), grid_state.float(), atol=1e-3, rtol=1e-3)

@@ -203,7 +203,7 @@ def test_the_pipelined_recurrence_streams_its_state_through_shared_memory():
     at least one BV x 128 fp32 tile of it a stage ahead) and the block fits an H200 block's
     shared memory; the grid recurrence it replaces loads straight to registers (no cp.async,
     no such shared memory)."""
-    from engine.kernels import triton_gdn
+    from engine.kernels.gdn_launch import PIPELINED_LAUNCH
 
     launches = offline.record_launches(torch.bfloat16)
     by_name = {launch.kernel.fn.__name__: launch for launch in launches}
@@ -211,8 +211,8 @@ def test_the_pipelined_recurrence_streams_its_state_through_shared_memory():
         by_name["_gdn_decode_pipelined_kernel"], specialise=True
     )
     grid = offline_compile.compile_launch(by_name["_gdn_recurrent_kernel"], specialise=True)
-    tile = 128 * triton_gdn.PIPELINED_BV * 4  # k_dim x BV fp32
-    stages = triton_gdn.PIPELINED_STAGES
+    tile = 128 * PIPELINED_LAUNCH.bv * 4  # k_dim x BV fp32
+    stages = PIPELINED_LAUNCH.stages
     assert "cp.async" in pipelined.asm["ptx"]
     assert (stages - 1) * tile <= pipelined.metadata.shared <= offline_compile.H200_SHARED_BYTES
     assert "cp.async" not in grid.asm["ptx"] and grid.metadata.shared < tile

@@ -31,6 +31,7 @@ from types import SimpleNamespace
 import torch
 from engine.kernels import triton_gdn
 from engine.kernels.gdn_config import SPLIT_LEGACY, SplitConfig
+from engine.kernels.gdn_launch import PipelinedLaunch, RecurrentLaunch
 from engine.layers.gated_delta import gdn_gates, torch_gated_delta_rule_recurrent
 
 HK, HV, DK, DV = 2, 4, 16, 32
@@ -71,12 +72,9 @@ SPLIT_OPTIONS = {
 lengths, cached, slots = [1, 5, 33, 70], [0, 3, 0, 7], [3, 0, 5, 2]
 
 
-def recurrent_one_pass(*args, **kw):  # the recurrence's other form (RECURRENT_ONE_PASS)
-    triton_gdn.RECURRENT_ONE_PASS = not triton_gdn.RECURRENT_ONE_PASS
-    try:
-        return triton_gdn.gated_delta_recurrent(*args, **kw)
-    finally:
-        triton_gdn.RECURRENT_ONE_PASS = not triton_gdn.RECURRENT_ONE_PASS
+def recurrent_one_pass(*args, **kw):  # the recurrence's other form (RecurrentLaunch.one_pass)
+    other = RecurrentLaunch(one_pass=not RecurrentLaunch().one_pass)
+    return triton_gdn.gated_delta_recurrent(*args, launch=other, **kw)
 
 
 T = sum(lengths)
@@ -160,9 +158,9 @@ report = {}
 decode = ([1] * 5, [3, 0, 2, 7, 1], [4, 0, 7, 2, 6])
 mixed = ([1, 1, 1, 40, 5, 1, 20], [4, 9, 2, 0, 6, 3, 0], [3, 0, 7, 5, 2, 8, 6])
 for programs in (3, 1000):  # SMS x PER_SM: under the 5 x 4 x 1 tiles, and over them
-    triton_gdn.SMS, triton_gdn.PIPELINED_PER_SM = programs, 1
+    pipelined = PipelinedLaunch(per_sm=1, sms=programs)
     for form in (False, True):
-        triton_gdn.RECURRENT_ONE_PASS = form
+        launches = {"launch": RecurrentLaunch(one_pass=form), "pipelined_launch": pipelined}
         for name, (lengths, cached, slots) in (("decode", decode), ("mixed", mixed)):
             T = sum(lengths)
             qkv = torch.randn(T, 2 * HK * DK + HV * DV)
@@ -174,9 +172,9 @@ for programs in (3, 1000):  # SMS x PER_SM: under the 5 x 4 x 1 tiles, and over 
             state = state0.clone()
             args = (qkv, a, b, A_log, dt_bias, state, meta, HK, DK, DV)
             if name == "decode":
-                out = triton_gdn.gated_delta_recurrent(*args, pipelined=True)
+                out = triton_gdn.gated_delta_recurrent(*args, pipelined=True, **launches)
             else:
-                out = triton_gdn.gated_delta_prefill("triton", *args, pipelined=True)
+                out = triton_gdn.gated_delta_prefill("triton", *args, pipelined=True, **launches)
             report[f"{name}-programs{programs}-one_pass{form}"] = {
                 "out": (out - want).abs().max().item(),
                 "state": (state - want_state).abs().max().item(),

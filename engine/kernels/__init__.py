@@ -20,6 +20,10 @@ if TYPE_CHECKING:  # torch is not imported here: the API server and `bench` impo
 
     from engine.config import KernelsConfig
 
+# The H200's streaming multiprocessors: what the launches that aim at a few programs an SM
+# count from (the decode attention's splits, the GEMM's split-K, the pipelined recurrence).
+SMS = 132
+
 
 def resolve_backend(name: str, device: torch.device) -> str:
     """engine.kernels on `device`: `auto` is `cuda` on a CUDA device, else `torch`."""

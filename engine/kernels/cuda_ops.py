@@ -33,6 +33,12 @@ from torch import nn
 from engine.config import KernelsConfig
 from engine.kernels import triton_argmax, triton_gdn, triton_gemm, triton_norms
 from engine.kernels.flashinfer_attention import FlashInferAttention
+from engine.kernels.gdn_launch import (
+    PIPELINED_LAUNCH,
+    RECURRENT_LAUNCH,
+    PipelinedLaunch,
+    RecurrentLaunch,
+)
 from engine.kernels.gpu_sampler import sample_on_gpu
 from engine.layers.attention import Attention, GatedAttention, torch_paged_attention
 from engine.layers.gated_delta import GatedDeltaNet, gdn_gates
@@ -60,9 +66,14 @@ class CudaOps:
         page_size: int,
         slots: int = 2,
         config: KernelsConfig = KernelsConfig(),
+        recurrent: RecurrentLaunch = RECURRENT_LAUNCH,
+        pipelined: PipelinedLaunch = PIPELINED_LAUNCH,
     ):
-        """`config`: the kernels' part of the engine's configuration (engine/config/kernels.py)."""
+        """`config`: the kernels' part of the engine's configuration (engine/config/kernels.py);
+        `recurrent`, `pipelined`: the Gated DeltaNet recurrence's launches (gdn_launch.py: the
+        engine runs the defaults, benchmarks/bench_gdn_kernels.py --recurrent times others)."""
         self.device = device
+        self.recurrent_launch, self.pipelined_launch = recurrent, pipelined
         # engine.gdn_decode pipelined: decode rows' recurrence on the persistent kernel
         self.pipelined_decode = config.gdn_decode == "pipelined"
         self.dense_kernel = config.dense_kernel  # "torch", "triton" or "head"
@@ -164,10 +175,13 @@ class CudaOps:
         args = (qkv, a, b, layer.A_log, layer.dt_bias, ssm_state, batch)
         shape = (layer.k_heads, layer.k_dim, layer.v_dim)
         if batch.gdn_tables is not None:
-            return triton_gdn.gated_delta_fixed_grid(*args, *shape, split=self.gdn_split)
+            return triton_gdn.gated_delta_fixed_grid(
+                *args, *shape, split=self.gdn_split, launch=self.recurrent_launch
+            )
+        launches = {"launch": self.recurrent_launch, "pipelined_launch": self.pipelined_launch}
         if not self._chunked:  # a decode step (one token a row), or fp32
             pipelined = self.pipelined_decode and batch.is_decode
-            return triton_gdn.gated_delta_recurrent(*args, *shape, pipelined=pipelined)
+            return triton_gdn.gated_delta_recurrent(*args, *shape, pipelined=pipelined, **launches)
         if self.gdn_prefill != "fla":
             return triton_gdn.gated_delta_prefill(
                 self.gdn_prefill,
@@ -176,6 +190,7 @@ class CudaOps:
                 split=self.gdn_split,
                 split_from=self.gdn_split_from,
                 pipelined=self.pipelined_decode,
+                **launches,
             )
         from fla.ops.gated_delta_rule import chunk_gated_delta_rule
 

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from engine.kernels import SMS  # the engine passes its device's own count
+
 # The decode attention of the models served on GPUs, (q_heads, kv_heads, head_dim): the
 # shapes the compile test, the GPU tests and benchmarks/bench_decode_attention.py take
 SHAPES = {"0.8b": (8, 2, 256), "3b": (24, 8, 128)}
-SMS = 132  # the H200's streaming multiprocessors; the engine passes its device's own count
 PROGRAMS_PER_SM = 3  # what the split count aims a step's programs at
 MAX_SPLITS = 16
 

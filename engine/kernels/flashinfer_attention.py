@@ -27,8 +27,8 @@ from typing import NamedTuple
 
 import torch
 
-from engine.kernels import flashinfer_import, triton_decode
-from engine.kernels.decode_config import SMS, decode_splits
+from engine.kernels import SMS, flashinfer_import, triton_decode
+from engine.kernels.decode_config import decode_splits
 from engine.staging import CopyFences, pack_into
 
 WORKSPACE_BYTES = 128 << 20  # FlashInfer's recommended split-k workspace

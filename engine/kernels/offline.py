@@ -24,6 +24,11 @@ from engine.kernels import (
     triton_argmax,
     triton_decode,
     triton_gdn,
+    triton_gdn_chunked,
+    triton_gdn_conv,
+    triton_gdn_recurrent,
+    triton_gdn_split,
+    triton_gdn_split_kernels,
     triton_gemm,
     triton_norms,
     triton_snac,
@@ -107,9 +112,12 @@ class _Recorder:
 
 @contextlib.contextmanager
 def recording(launches: list):
-    """Every @triton.jit function of the kernel modules swapped for a recorder, and back."""
+    """Every @triton.jit function of the kernel modules swapped for a recorder, and back: in
+    each module that binds a kernel's name, since the wrappers launch it by that name."""
     swapped = []
-    modules = (triton_norms, triton_gdn, triton_snac, triton_gemm, triton_argmax, triton_decode)
+    gdn = (triton_gdn_conv, triton_gdn_recurrent, triton_gdn_chunked, triton_gdn_split_kernels,
+           triton_gdn_split)  # fmt: skip
+    modules = (triton_norms, *gdn, triton_snac, triton_gemm, triton_argmax, triton_decode)
     for module in modules:
         for name in dir(module):
             value = getattr(module, name)

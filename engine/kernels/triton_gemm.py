@@ -60,11 +60,11 @@ import torch
 import triton
 import triton.language as tl
 
+from engine.kernels import SMS
 from engine.kernels.triton_launch import bound
 from engine.kernels.triton_pdl import pdl_start
 
 MAX_ROWS = 128  # callers run torch's GEMM above this many rows (prefill steps)
-SMS = 132  # the H200's streaming multiprocessors
 MAX_SPLIT = 8  # partials of at most 8 x M x N fp32 (2 MB at M = 64, N = 1024)
 DTYPES = (torch.bfloat16, torch.float16)
 LINE = 64  # 16-bit values in a 128-byte line
