@@ -32,6 +32,8 @@ LAST_WINDOW_WAIT_S = 2.0
 
 @dataclass
 class SlotStatus:
+    """A slot as the progress display is shown it, at each change of phase and load tick."""
+
     slot: int
     slots: int
     letter: str
