@@ -12,32 +12,32 @@ running and keeps the finished ones. Statistics: docs/STATISTICS.md ("Blocks on 
 
 from __future__ import annotations
 
-import signal
 import time
 from collections.abc import Callable
-from contextlib import contextmanager
 from dataclasses import replace
 
 from harness.analysis.summary import Summary
 from harness.cluster.connect import Cluster, ray_module
 from harness.cluster.node import (
     BlockResult,
-    Ledger,
     attempt_of,
     fault_block,
     lost_attempts,
     run_block,
     without_spare,
 )
+from harness.cluster.tasks import (
+    alive_nodes,
+    cancel,
+    finished,
+    interruptions,
+    ledger_beside_driver,
+)
 from harness.errors import BenchError
 from harness.measure import runner
 from harness.measure.runner import RunPlan, Tally
 from harness.results import RunDir
 
-SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # the runner's own (runner._StopFlag)
-
-
-WAIT_S = 0.5  # the longest an interruption waits to be seen
 LEDGER_WAIT_S = 10.0  # the longest an attempt's ledger message may lag its result
 
 
@@ -47,11 +47,8 @@ def run_schedule(
     """Run the plan's blocks (from `plan.first_block`) as tasks on `cluster`; whether every
     block ran, and the run's summary (`runner.finish`, as a local run ends)."""
     ray = ray_module()
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
     runner.write_scenarios(plan, rundir)
-    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
-    ledger = Ledger.options(scheduling_strategy=here).remote()
+    ledger = ledger_beside_driver()
     fault = fault_block()
     blocks = range(plan.first_block, len(plan.letters) // plan.block_size)
     task = run_block.options(**cluster.claim)
@@ -59,18 +56,13 @@ def run_schedule(
     say(f"cluster {cluster.address}: {len(blocks)} blocks, {cluster.slots} at a time")
     gather = _Gather(rundir, cluster, first=plan.first_block)
     try:
-        with _interrupts() as stopped:
-            while pending and not stopped["set"]:
-                ready, _ = ray.wait(list(pending), num_returns=1, timeout=WAIT_S)
-                if not ready:
-                    continue  # a signal is seen between waits
-                ref = ready[0]
-                block = pending.pop(ref)
+        with interruptions() as stopped:
+            for ref, block in finished(pending, stopped):
                 result = _result(ray, ref, block, ledger, gather)
                 if not result.complete and result.error is None:  # its node's Ctrl-C: cut
                     stopped["set"] = True  # a cut block is left out, as a lost one is
                     continue
-                alive = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
+                alive = alive_nodes()
                 for lost in gather.add(result, _attempts(ray, ledger, result), alive):
                     say(
                         f"block {block}: attempt {lost['attempt']} on {lost['host']}: {lost['error']}"
@@ -83,8 +75,7 @@ def run_schedule(
                 )
         complete = not pending and not stopped["set"]
     finally:
-        for ref in pending:
-            ray.cancel(ref, force=True)
+        cancel(pending)
         gather.flush()
     return complete, runner.finish(rundir, complete, gather.tally)
 
@@ -161,20 +152,3 @@ class _Gather:
 
     def _save(self) -> None:
         self.rundir.update_manifest(cluster=self.section | {"lost": self.lost})
-
-
-@contextmanager
-def _interrupts():
-    """Ctrl-C, SIGTERM or SIGHUP while the blocks run: a flag the wait loop reads (a handler
-    that raised would raise inside Ray's wait); the finished blocks are kept."""
-    flag = {"set": False}
-
-    def stop(*_):
-        flag["set"] = True
-
-    previous = {sig: signal.signal(sig, stop) for sig in SIGNALS}
-    try:
-        yield flag
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)

@@ -1,4 +1,4 @@
-"""One block on one node: the Ray task `run_block` and the ledger of its attempts.
+"""One block on one node: the Ray task `run_block`, and its attempts as the ledger holds them.
 
 The task runs the block through the runner a local run uses (`runner.execute`, on the plan cut
 to that block), into a run directory of its own under the node's temp directory: the
@@ -6,8 +6,8 @@ scenario files its servers read and their logs, as locally. Its slots' rows are 
 written (`NodeRunDir`), and returned whole when the block ends, with the node it ran on; the
 driver appends them to the run directory (blocks.py). An attempt that dies (its worker process
 or its node lost) returns nothing, so none of its rows can reach the results: Ray runs the
-block again from its start (max_retries), and the ledger, an actor beside the driver, says
-which attempts began where, so the lost one is recorded and the retry named.
+block again from its start (max_retries), and the ledger (tasks.py), an actor beside the
+driver, says which attempts began where, so the lost one is recorded and the retry named.
 """
 
 from __future__ import annotations
@@ -22,16 +22,19 @@ from pathlib import Path
 import ray
 
 from engine.env import EnvVar
+from harness.cluster.tasks import lost_reason, tell, this_node
 from harness.errors import BenchError
 from harness.measure import runner
 from harness.measure.runner import RunPlan, Tally
-from harness.results import RunDir, machine
+from harness.results import RunDir
 
 RETRIES = 2  # attempts after the first for a block whose worker or node is lost
 FAULT = EnvVar(
     "BENCH_CLUSTER_FAULT",
     "Test only: a block number whose first attempt's worker exits (os._exit) after its first"
-    " slot, as a lost node would; read by the driver and handed to the tasks.",
+    " slot, as a lost node would (bench nightly: a commit's place among the night's, 0 the"
+    " oldest, whose worker exits once asv has measured it); read by the driver and handed to"
+    " the tasks.",
 )
 
 
@@ -78,27 +81,11 @@ class NodeRunDir(RunDir):
         self.manifest |= changes  # the driver's manifest is the run's
 
 
-@ray.remote(num_cpus=0)
-class Ledger:
-    """Every attempt of every block, as each began: its token and where it ran."""
-
-    def __init__(self):
-        self.attempts: dict[int, list[dict]] = {}
-
-    def begin(self, block: int, token: str, node: dict) -> None:
-        self.attempts.setdefault(block, []).append(node | {"token": token})
-
-    def of(self, block: int) -> list[dict]:
-        return self.attempts.get(block, [])
-
-
 @ray.remote(max_retries=RETRIES)
 def run_block(plan: RunPlan, block: int, ledger, fault: tuple[int, str] | None) -> BlockResult:
     """Block `block` of `plan`, whole, on this node; the ledger is told of the attempt first."""
-    started, token = time.monotonic(), uuid.uuid4().hex
-    context = ray.get_runtime_context()
-    node = {"node_id": context.get_node_id(), **machine(), "gpu_ids": ray.get_gpu_ids()}
-    _told(ledger.begin.remote(block, token, node))
+    started, token, node = time.monotonic(), uuid.uuid4().hex, this_node()
+    tell(ledger.begin.remote(block, token, node))
     size = plan.block_size
     one = replace(plan, letters=plan.letters[: (block + 1) * size], first_block=block)
     one = replace(one, time_budget_s=None)  # the driver's budget is the run's, not a block's
@@ -111,14 +98,6 @@ def run_block(plan: RunPlan, block: int, ledger, fault: tuple[int, str] | None) 
             error = str(exc)
     seconds = time.monotonic() - started
     return BlockResult(block, token, node, rundir.slots, complete, tally, error, seconds)
-
-
-def _told(ref, wait_s: float = 10.0) -> None:
-    """Wait for the ledger's answer by polling: a task blocked in ray.get lends its CPU to
-    the next task, which would then run beside this block on the same CPU."""
-    deadline = time.monotonic() + wait_s
-    while not ray.wait([ref], timeout=0, fetch_local=False)[0] and time.monotonic() < deadline:
-        time.sleep(0.005)
 
 
 def _first_faulty(fault: tuple[int, str] | None, block: int) -> bool:
@@ -159,8 +138,7 @@ def lost_attempts(result: BlockResult, attempts: list[dict], alive: set[str]) ->
     for number, node in enumerate(attempts, start=1):
         if number == kept:
             continue
-        gone = node["node_id"] not in alive
-        error = "its node left the cluster" if gone else "its worker process died"
+        error = lost_reason(node, alive)
         lost.append(
             {
                 "block": result.block,
