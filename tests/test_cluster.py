@@ -1,7 +1,8 @@
 """`--cluster` (harness/cluster/, docs/SCALE.md) on a local Ray of 2 CPUs, driving `bench mock`
 servers given as URL arms: a cluster run's folder is a local run's (same tables, same verdict
 columns; report and --continue read it), a lost block attempt is recorded and retried, and
-`bench measure --clients` merges two clients' loads. INVARIANTS 80-82."""
+`bench measure --clients` merges two clients' loads; `bench nightly --cluster` writes a local
+night's asv results and records a lost commit. INVARIANTS 80-82, 85."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ ray = pytest.importorskip("ray", reason="Ray is not installed (pip install -e '.
 
 from harness.cli import app  # noqa: E402
 from harness.cluster import clock  # noqa: E402
+from harness.measure import nightly  # noqa: E402
+from harness.measure.arms import git_or_none  # noqa: E402
 from harness.measure.server import free_port  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -190,3 +193,84 @@ def test_clients_need_a_url_and_no_more_than_the_lanes(mock_url, tmp_path):
     assert result.exit_code == 2 and "give its URL" in result.output
     result = CliRunner().invoke(app, ["measure", mock_url, *LOAD, "--clients", "5"])
     assert result.exit_code == 2 and "more than -c 4 lanes" in result.output
+
+
+TINY_SUITE = """
+import os
+
+
+def track_cost():
+    \"\"\"Three samples that depend on the commit only, as a session's servers' values.\"\"\"
+    level = int(os.environ["BENCH_COMMIT"][:2], 16) + 1.0
+    return {"samples": [level, level * 1.1, level * 0.9], "number": 1}
+"""
+
+
+def _night_config(folder: Path, suite: Path, tip: str) -> Path:
+    """asv.conf.json for one night, as tests/test_asv.py makes it (a results directory of its
+    own), on a suite of one tiny benchmark and main's history up to `tip`."""
+    folder.mkdir()
+    conf = nightly.load_config() | {
+        "repo": str(nightly.REPO),
+        "benchmark_dir": str(suite),
+        "results_dir": str(folder / "results"),
+        "html_dir": str(folder / "html"),
+        "env_dir": str(folder / "env"),
+        "branches": [tip],  # fixed: others may commit while the test runs
+    }
+    (folder / "asv.conf.json").write_text(json.dumps(conf))
+    return folder / "asv.conf.json"
+
+
+def _asv_files(results: Path) -> dict[str, dict]:
+    """Every file asv wrote, without the times it took (the one thing two runs differ in)."""
+    files = {}
+    for path in sorted(results.rglob("*.json")):
+        data = json.loads(path.read_text())
+        data.pop("durations", None)
+        columns = data.get("result_columns", [])
+        for name, row in data.get("results", {}).items():
+            data["results"][name] = [
+                value for column, value in zip(columns, row, strict=False)
+                if column not in ("started_at", "duration")
+            ]  # fmt: skip
+        files[str(path.relative_to(results))] = data
+    return files
+
+
+@pytest.mark.slow
+def test_a_cluster_night_writes_a_local_nights_asv_results_and_records_a_lost_commit(
+    local_ray, tmp_path, monkeypatch
+):
+    """INVARIANTS 85: the night's commits as Ray tasks give the asv files a local night gives
+    (one process writes them, in commit order), with each commit's node recorded; commit 0's
+    task is lost after asv measured it (its worker exits): it is recorded (commit, node, why),
+    reported as not measured, and none of its results reach the series."""
+    if git_or_none("rev-parse", "--verify", "--quiet", "HEAD~2") is None:
+        pytest.skip("a history of 3 commits (a shallow clone has 1)")
+    three = [git_or_none("rev-parse", f"HEAD~{k}") for k in (2, 1, 0)]
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "__init__.py").write_text("")
+    (suite / "bench_tiny.py").write_text(TINY_SUITE)
+    monkeypatch.setenv("HOME", str(tmp_path))  # asv machine --yes writes ~/.asv-machine.json
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # the commits' worktrees
+    here = nightly.nightly(
+        three[0], False, "ci-night", None, _night_config(tmp_path / "here", suite, three[2])
+    )
+    monkeypatch.setenv("BENCH_CLUSTER_FAULT", "0")
+    config = _night_config(tmp_path / "there", suite, three[2])
+    there = nightly.nightly(f"{three[0]}~1", False, "ci-night", "auto", config)
+
+    assert here.measured == there.measured == three[1:] and here.failed == there.failed == []
+    assert _asv_files(tmp_path / "here" / "results") == _asv_files(tmp_path / "there" / "results")
+    kept = [nightly.samples(tmp_path / n / "results", "ci-night", three) for n in ("here", "there")]
+    assert kept[0] == kept[1] and kept[1]["bench_tiny.track_cost"][0] is None  # what steps read
+    assert [r.benchmark for r in here.regressions] == [r.benchmark for r in there.regressions]
+    [lost] = there.cluster["lost"]
+    assert lost["commit"] == three[0] and lost["node_id"] and "worker process died" in lost["error"]
+    assert there.lost == [three[0]] and here.lost == []
+    nodes = there.cluster["commits"]
+    assert list(nodes) == three[1:] and all(n["node_id"] and n["host"] for n in nodes.values())
+    recorded = json.loads((tmp_path / "there" / "nodes" / "ci-night.json").read_text())
+    assert recorded["commits"] == nodes and recorded["lost"] == [lost]

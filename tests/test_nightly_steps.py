@@ -128,7 +128,7 @@ def result(known: bool) -> NightlyResult:
 
 @pytest.mark.parametrize("known, code", [(False, 1), (True, 0)])
 def test_only_a_new_regression_fails_the_night(monkeypatch, known, code):
-    monkeypatch.setattr(command, "nightly", lambda since, publish, machine: result(known))
+    monkeypatch.setattr(command, "nightly", lambda since, publish, machine, cluster: result(known))
     shown = CliRunner().invoke(app, ["nightly"])
     assert shown.exit_code == code, shown.output
     assert ("1 new regression" in shown.output) != known
@@ -143,3 +143,27 @@ def test_render_names_the_step_and_its_range():
         console.print(render(result(False)))
     text = captured.get()
     assert f"{COMMITS[19][:8]}..{COMMITS[20][:8]}" in text and "+10" in text
+
+
+def test_a_commit_the_cluster_lost_is_named_and_fails_the_night(monkeypatch):
+    """INVARIANTS 85: `bench nightly --cluster` names a lost commit (its node, what became of
+    it), leaves it out of the measured ones, and exits 2; each commit's host is shown."""
+    node = {"node_id": "n1", "host": "gpu-1", "gpu": "H100", "seconds": 80.0}
+    lost = {"commit": COMMITS[27], "node_id": "n2", "host": "gpu-2"}
+    lost["error"] = "its node left the cluster; not measured tonight, the next night measures it"
+    cluster = {"address": "ray://head:10001", "gpus": 2, "cpus": 32}
+    cluster |= {"commits": {COMMITS[26]: node}, "lost": [lost]}
+    night = NightlyResult("vm", "main", [COMMITS[26]], [], [], None, COMMITS[:28], cluster)
+    monkeypatch.setattr(command, "nightly", lambda since, publish, machine, cluster: night)
+    shown = CliRunner().invoke(app, ["nightly", "--cluster", "ray://head:10001"])
+    assert shown.exit_code == 2, shown.output
+    assert f"{COMMITS[27][:8]} not measured" in shown.output and "gpu-2" in shown.output
+    assert "gpu-1 1" in shown.output
+    as_json = CliRunner().invoke(app, ["nightly", "--json"])
+    assert f'"lost": [\n    "{COMMITS[27]}"' in as_json.output
+
+
+def test_a_bad_cluster_address_is_one_line_before_anything_runs():
+    shown = CliRunner().invoke(app, ["nightly", "--cluster", "nowhere"])
+    assert shown.exit_code == 2 and "--cluster 'nowhere': give 'auto'" in shown.output
+    assert "Traceback" not in shown.output

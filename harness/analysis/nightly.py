@@ -44,6 +44,12 @@ class NightlyResult:
     regressions: list[Regression]  # every step found in the history, known ones included
     html: str | None = None
     commits: list[str] = field(default_factory=list)  # the branch, oldest first
+    cluster: dict | None = None  # --cluster: its address, each commit's node, the lost commits
+
+    @property
+    def lost(self) -> list[str]:
+        """Commits whose cluster task was lost (worker or node): not measured this night."""
+        return [entry["commit"] for entry in (self.cluster or {}).get("lost", [])]
 
     @property
     def tip_failed(self) -> bool:
@@ -56,7 +62,7 @@ class NightlyResult:
 
     def to_json(self) -> dict:
         regressions = [asdict(r) | {"ratio": r.ratio} for r in self.regressions]
-        extra = {"regressions": regressions, "tip_failed": self.tip_failed}
+        extra = {"regressions": regressions, "tip_failed": self.tip_failed, "lost": self.lost}
         return asdict(self) | extra | {"new_regressions": len(self.new_regressions)}
 
 

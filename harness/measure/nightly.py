@@ -16,6 +16,7 @@ import platform
 import subprocess
 import sys
 from pathlib import Path
+from typing import TextIO
 
 from harness.analysis.nightly import NightlyResult, find_regressions, to_measure
 from harness.errors import BenchError
@@ -23,6 +24,7 @@ from harness.measure.arms import HARNESS_TREE as REPO
 from harness.measure.arms import git, resolve
 
 CONFIG = REPO / "asv.conf.json"
+ASV_MAIN = "harness.cluster.asv_main"  # asv with a machine file of its own
 
 
 def load_config(path: Path = CONFIG) -> dict:
@@ -32,17 +34,27 @@ def load_config(path: Path = CONFIG) -> dict:
     return load_json(str(path), js_comments=True)
 
 
-def asv(*args: str, config: Path = CONFIG, env: dict | None = None) -> int:
-    """Run an asv command on `config` from the repository root; its output goes to stderr."""
-    cmd = [sys.executable, "-m", "asv", *args, "--config", str(config)]
+def asv(
+    *args: str,
+    config: Path = CONFIG,
+    env: dict | None = None,
+    machine_file: Path | None = None,
+    log: TextIO | None = None,
+) -> int:
+    """Run an asv command on `config` from the repository root; its output goes to stderr (or
+    all of it to `log`). `machine_file`: asv's machine file in place of ~/.asv-machine.json (a
+    cluster task's own, harness/cluster/asv_main.py)."""
+    main = ["-m", "asv"] if machine_file is None else ["-m", ASV_MAIN, str(machine_file)]
+    cmd = [sys.executable, *main, *args, "--config", str(config)]
     environ = {**os.environ, **(env or {})}
-    return subprocess.run(cmd, cwd=REPO, env=environ, stdout=sys.stderr).returncode
+    out = {"stdout": sys.stderr} if log is None else {"stdout": log, "stderr": subprocess.STDOUT}
+    return subprocess.run(cmd, cwd=REPO, env=environ, **out).returncode
 
 
-def record(commit: str, machine: str, config: Path = CONFIG) -> bool:
-    """Run the suite on `commit`'s code (a worktree) and save it under the commit's hash."""
-    tree = resolve("A", commit[:8], commit).tree
-    args = [
+def run_args(commit: str, machine: str) -> list[str]:
+    """`asv run`'s arguments for one commit: the suite in this environment, each server's
+    value kept, saved under the commit's hash."""
+    return [
         "run",
         "--python=same",
         "--show-stderr",
@@ -50,8 +62,17 @@ def record(commit: str, machine: str, config: Path = CONFIG) -> bool:
         f"--set-commit-hash={commit}",
         f"--machine={machine}",
     ]
-    env = {"BENCH_TREE": str(tree), "BENCH_COMMIT": commit}
-    return asv(*args, config=config, env=env) == 0
+
+
+def commit_env(commit: str) -> dict[str, str]:
+    """What points the suite at `commit`'s code: a worktree of it (made here)."""
+    tree = resolve("A", commit[:8], commit).tree
+    return {"BENCH_TREE": str(tree), "BENCH_COMMIT": commit}
+
+
+def record(commit: str, machine: str, config: Path = CONFIG) -> bool:
+    """Run the suite on `commit`'s code (a worktree) and save it under the commit's hash."""
+    return asv(*run_args(commit, machine), config=config, env=commit_env(commit)) == 0
 
 
 def branch_commits(branch: str) -> list[str]:
@@ -113,12 +134,22 @@ def _results(results_dir: Path, machine: str, commits: list[str]):
                 yield i, name, value, found
 
 
-def nightly(since: str | None, publish: bool, machine: str | None = None) -> NightlyResult:
-    conf = load_config()
+def nightly(
+    since: str | None,
+    publish: bool,
+    machine: str | None = None,
+    cluster: str | None = None,
+    config: Path = CONFIG,
+) -> NightlyResult:
+    """Record main's commits not yet measured (or those after `since`) and find the steps.
+    With `cluster` (--cluster) each commit is a Ray task (harness/cluster/nightly.py); the
+    results directory is written here alone, in commit order, as a local night writes it."""
+    joined = _joined(cluster)
+    conf = load_config(config)
     branch = conf["branches"][0]
     machine = machine or platform.node()
-    results_dir = REPO / conf["results_dir"]
-    if asv("machine", "--yes", f"--machine={machine}") != 0:
+    results_dir = config.parent / conf["results_dir"]
+    if asv("machine", "--yes", f"--machine={machine}", config=config) != 0:
         raise BenchError(
             "asv machine failed (see its output above); is asv installed? pip install asv"
         )
@@ -126,13 +157,31 @@ def nightly(since: str | None, publish: bool, machine: str | None = None) -> Nig
     measured = set(series_commits(results_dir, machine))
     after = git("rev-list", f"{since}..{branch}", cwd=REPO).split() if since else None
     todo = to_measure(commits, measured, after)
-    failed = [commit for commit in todo if not record(commit, machine)]
+    section = None
+    if joined is None:
+        failed = [commit for commit in todo if not record(commit, machine, config)]
+    else:
+        from harness.cluster.nightly import record_commits
+
+        failed, section = record_commits(todo, conf, config, machine, joined)
+    lost = {entry["commit"] for entry in (section or {}).get("lost", [])}
+    tonight = [commit for commit in todo if commit not in lost]
     thresholds = conf.get("regressions_thresholds", {})
-    found = find_regressions(samples(results_dir, machine, commits), commits, thresholds, set(todo))
+    kept = samples(results_dir, machine, commits)
+    found = find_regressions(kept, commits, thresholds, set(tonight))
     html = None
-    if publish and asv("publish") == 0:
-        html = str(REPO / conf["html_dir"] / "index.html")
-    return NightlyResult(machine, branch, todo, failed, found, html, commits)
+    if publish and asv("publish", config=config) == 0:
+        html = str(config.parent / conf["html_dir"] / "index.html")
+    return NightlyResult(machine, branch, tonight, failed, found, html, commits, section)
+
+
+def _joined(cluster: str | None):
+    """The Ray cluster --cluster names, joined before anything is measured (None: here)."""
+    if cluster is None:
+        return None
+    from harness.cluster.connect import connect
+
+    return connect(cluster)
 
 
 def series_commits(results_dir: Path, machine: str) -> list[str]:

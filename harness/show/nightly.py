@@ -15,6 +15,8 @@ def render(result: NightlyResult) -> Group:
     if result.failed:
         failed = ", ".join(c[:8] for c in result.failed)
         lines.append(f"[yellow]asv reported failed benchmarks at {failed}[/] (see its output)")
+    if result.cluster:
+        lines += _cluster_lines(result.cluster)
     if result.html:
         lines.append(f"HTML: {result.html}")
     if not result.regressions:
@@ -33,3 +35,15 @@ def render(result: NightlyResult) -> Group:
     if count < len(result.regressions):
         summary += " (known: reported on an earlier night, not failing this one)"
     return Group(*lines, table, summary)
+
+
+def _cluster_lines(cluster: dict) -> list[str]:
+    """Where each commit ran (hosts and how many commits each), and every lost commit."""
+    hosts: dict[str, int] = {}
+    for node in cluster["commits"].values():
+        hosts[node["host"]] = hosts.get(node["host"], 0) + 1
+    where = ", ".join(f"{host} {count}" for host, count in hosts.items()) or "none"
+    lines = [f"cluster {cluster['address']}: commits by host: {where}"]
+    for lost in cluster["lost"]:
+        lines.append(f"[red]{lost['commit'][:8]} not measured[/]: {lost['error']} ({lost['host']})")
+    return lines
