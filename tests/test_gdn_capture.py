@@ -52,12 +52,14 @@ def test_staged_tables_equal_the_split_kernels_torch_tables(name):
     path sends (`_chunk_tables`; both built by engine/kernels/gdn_tables.py), from the same
     leading one-token rows; the staged fields sit at the same addresses for every step."""
     triton_gdn = pytest.importorskip("engine.kernels.triton_gdn")
+    from engine.kernels.triton_gdn_split import _chunk_tables
+
     inputs = StepInputs(96, 16, 8, torch.device("cpu"), slots=1)
     batch = _stage(inputs, name)
     lengths = STEPS[name][0]
     single = triton_gdn._one_token_rows(batch)
     assert single == gdn_tables.one_token_prefix(np.array(lengths))
-    count, chunk_row, chunk_start, first = triton_gdn._chunk_tables(batch, 32, single)
+    count, chunk_row, chunk_start, first = _chunk_tables(batch, 32, single)
     staged = batch.gdn_tables
     assert staged.counts.tolist() == [0, single, len(lengths), count]
     assert staged.chunk_row[:count].tolist() == chunk_row.tolist()
