@@ -290,6 +290,4 @@ def test_readme_main_command_finishes_on_the_cpu(tmp_path, machine_cores):
     assert re.search(r"first block: 4 servers' output tok/s spread [\d.]+%", proc.stderr)
     # the estimate's blocks: "about N" within reach, "at least N" at the search's cap (a busy
     # machine, such as CI's with the suite's other tests beside it, can spread 30% or more)
-    assert re.search(r"(about|at least) \d+ blocks (here )?\(~[\d.]+ min", proc.stderr), (
-        proc.stderr
-    )
+    assert re.search(r"(about|at least) \d+ blocks (here )?\(~[\d.]+ min", proc.stderr), proc.stderr

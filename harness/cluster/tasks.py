@@ -18,7 +18,7 @@ import ray
 
 from harness.results import machine
 
-SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # the runner's own (runner._StopFlag)
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # the runner's own (stop_flag.StopFlag)
 WAIT_S = 0.5  # the longest an interruption waits to be seen
 
 
