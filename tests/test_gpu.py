@@ -31,10 +31,12 @@ def greedy_on(
     kernels: str = "auto",
     overlap: bool = False,
     stagger: bool = False,
+    steps: list | None = None,
     **engine,
 ):
     """Each prompt's n greedy tokens from a worker; `stagger`: one arrival a step (steps of
-    changing sizes) instead of all at once; `engine`: settings over the scenario's."""
+    changing sizes) instead of all at once; `steps`, when given, gets each postprocessed step's
+    rows (their request ids, in order); `engine`: settings over the scenario's."""
     scenario = load_scenario("qwen35", "tiny")
     settings = {"kv_pages": 1024, "max_rows": 64} | engine
     config = replace(
@@ -53,6 +55,8 @@ def greedy_on(
     for step in frames:
         for frame in step.frames:
             out[frame.rid].extend(frame.tokens)
+    if steps is not None:
+        steps.extend(tuple(frame.rid for frame in step.frames) for step in frames)
     return out, worker.engine.model
 
 
@@ -241,22 +245,34 @@ def test_08b_prefill_stream_emits_the_tokens_of_one_stream(piecewise_gdn):
     above the split kernel's threshold. All arriving at once (the same steps either way: one
     prefill step, then decode steps), the tokens are one stream's exactly. Arriving a step
     apart, each prefill step runs on its own stream beside the decode graphs of the rows
-    before it: every request runs to its length and two runs give the same tokens (a race
-    between the streams would not repeat). Against one stream's staggered run the prompts
-    group into other prefill steps, and bf16 near-ties then part a few requests (the captured
-    Gated DeltaNet's one-stream run parts as much from its own all-at-once run),
-    so that agreement is printed, not held."""
+    before it: every request runs to its length, and two runs of the same steps give the same
+    tokens (a race between the streams would not repeat). The same steps, not just the same
+    arrivals: the worker postprocesses a prefill step at the first iteration that finds it done
+    (an event query, never a wait), so when a prompt joins the decode rows depends on the GPU's
+    timing, and bf16 near-ties part requests whose steps grouped differently (an H100 run read
+    request 6's fifth token as 126176 and as 216816, on either side, in three runs of one
+    test). Runs are repeated until two took the same steps (at most four). Against one
+    stream's staggered run the prompts group into other prefill steps too, so that agreement
+    is printed, not held."""
     lengths = [5, 40, 300, 700, 128, 256, 33, 512]
     prompts = [[(13 * i + j) % 240000 + 1 for j in range(n)] for i, n in enumerate(lengths)]
     run = partial(greedy_on, "cuda", "bfloat16", "0.8b", prompts, 32, overlap=True,
                   piecewise_gdn=piecewise_gdn)  # fmt: skip
     assert run(prefill_stream=True)[0] == run()[0]  # all at once: the same steps
     one, _ = run(stagger=True)
-    two, _ = run(stagger=True, prefill_stream=True)
-    assert all(len(two[rid]) == 32 for rid in two)
-    assert run(stagger=True, prefill_stream=True)[0] == two
-    same = sum(a == b for rid in one for a, b in zip(one[rid], two[rid], strict=True))
-    print(f"prefill stream, staggered: {same} of {32 * len(prompts)} tokens as one stream's")
+    runs: dict[tuple, dict] = {}  # the steps taken -> the tokens
+    for attempt in range(1, 5):
+        steps: list[tuple[int, ...]] = []
+        tokens, _ = run(stagger=True, prefill_stream=True, steps=steps)
+        assert all(len(tokens[rid]) == 32 for rid in tokens)
+        same = sum(a == b for rid in one for a, b in zip(one[rid], tokens[rid], strict=True))
+        print(f"prefill stream, staggered run {attempt}: {same} of {32 * len(prompts)} tokens"
+              " as one stream's")  # fmt: skip
+        if tuple(steps) in runs:
+            assert tokens == runs[tuple(steps)]  # the same steps: the same tokens
+            return
+        runs[tuple(steps)] = tokens
+    pytest.skip("four staggered runs took four different step sequences: none to compare")
 
 
 @pytest.mark.parametrize("decode_attention", ["flashinfer", "triton"])
