@@ -113,9 +113,14 @@ def _has_cuda() -> bool:
 
 def pytest_collection_modifyitems(config, items):
     """--order: the tests reversed, or shuffled by a seed (GPU tests must pass in any order);
-    without CUDA, the `gpu` tests skip."""
+    without CUDA, the `gpu` tests skip. Under pytest-xdist (-n) the file order starts with the
+    `slow` tests (servers, whole runs: 10-60 s each), so the cores share them first and the
+    short tests fill in after: the longest first, the suite's wall time its total over the
+    cores rather than that plus a long test begun last."""
     order = config.getoption("order")
-    if order == "reverse":
+    if order == "file" and getattr(config.option, "numprocesses", None):
+        items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable
+    elif order == "reverse":
         items.reverse()
     elif order.startswith("shuffle:"):
         import random
