@@ -32,6 +32,10 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from harness.analysis.metrics import token_times  # noqa: E402
+
 
 def _core_rates(core: int, seconds: float, window: float, out) -> None:
     os.sched_setaffinity(0, {core})
@@ -82,8 +86,7 @@ def server_windows(run: Path, window: float) -> None:
 
     records = pd.read_parquet(run / "requests.parquet")
     for server, rows in records[~records["warmup"]].groupby("server"):
-        times = [np.asarray(t) for t in rows["token_times_s"] if t is not None and len(t)]
-        stamps = np.sort(np.concatenate(times))
+        stamps = np.sort(token_times(rows))
         edges = np.arange(stamps[0] + window, stamps[-1] - window, window)  # ramps left out
         if len(edges) < 3:
             print(f"{server}: too short for {window} s windows")
@@ -97,8 +100,7 @@ def _stamps(run: Path) -> np.ndarray:
 
     server = pd.read_parquet(run / "servers.parquet").iloc[0]
     records = pd.read_parquet(run / "requests.parquet")
-    times = [np.asarray(t) for t in records[~records["warmup"]]["token_times_s"] if len(t)]
-    return np.sort(np.concatenate(times)) + server["t0_unix"]
+    return np.sort(token_times(records[~records["warmup"]])) + server["t0_unix"]
 
 
 def pair(a_run: Path, b_run: Path, trim: float = 3.0) -> None:
