@@ -33,13 +33,16 @@ MARGIN = 0.02
 # merge's noise in production usually means, above what a precise run calls significant
 # by chance of a few servers' placement (docs/STATISTICS.md, "Exit code").
 FAIL_AT = 0.01
+# Each interval's two-sided confidence level (--confidence): an A/A run reads "faster" or
+# "slower" on the headline at most 1 - LEVEL of the time.
+LEVEL = 0.95
 
 
 @dataclass(frozen=True)
 class Rule:
     """How a confidence interval becomes a verdict (docs/STATISTICS.md, "Verdict")."""
 
-    level: float = 0.95  # two-sided confidence level of each interval
+    level: float = LEVEL  # two-sided confidence level of each interval
     margin: float = MARGIN  # "no change": the interval covers 0 and lies inside +-margin
     fail_at: float = FAIL_AT  # the headline slower by at least this fails the run (exit 1)
     looks: int = 1  # the analyses a run's error rate is split over (--blocks auto)

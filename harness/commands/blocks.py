@@ -32,10 +32,13 @@ def block_count(text: str) -> tuple[int, bool]:
     return count, False
 
 
-def verdict_rule(margin: float, fail_at: float, max_blocks: int | None = None, look=1) -> Rule:
-    """The rule the comparison is judged by; with --blocks auto (`max_blocks`), look `look`'s
-    of its looks: one at MIN_BLOCKS blocks and one after each block added up to the cap."""
-    rule = Rule(margin=margin, fail_at=fail_at)
+def verdict_rule(
+    margin: float, fail_at: float, level: float, max_blocks: int | None = None, look: int = 1
+) -> Rule:
+    """The rule the comparison is judged by (--margin, --fail-at, --confidence); with --blocks
+    auto (`max_blocks`), look `look`'s of its looks: one at MIN_BLOCKS blocks and one after
+    each block added up to the cap."""
+    rule = Rule(level=level, margin=margin, fail_at=fail_at)
     return rule if max_blocks is None else rule.sequential(max_blocks - MIN_BLOCKS + 1, look)
 
 

@@ -30,6 +30,7 @@ def main(
     html: bool = typer.Option(False, "--html", help="With --report, also write report.html."),
     margin: float = o.MARGIN_OPTION,
     fail_at: float = o.FAIL_AT_OPTION,
+    confidence: float = o.CONFIDENCE_OPTION,
 ) -> None:
     """Compare recorded runs as arms A and B; exit 1 when B's headline figure is slower by at
     least --fail-at, 4 when a side has no run with a usable headline.
@@ -45,7 +46,7 @@ def main(
     paths = [[str(p) for p, _, _ in side] for side in sides]
     runs = [[(m, f) for _, m, f in side] for side in sides]
     labels = run_labels(*paths, *runs)
-    rule = verdict_rule(margin, fail_at, None)
+    rule = verdict_rule(margin, fail_at, confidence)
     manifest, frames, result = pair_runs(*runs, labels, " ".join(sys.argv), rule)
     if as_json:
         print(json.dumps(result.to_json(), indent=2))

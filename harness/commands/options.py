@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import typer
 
-from harness.analysis.verdict import FAIL_AT, MARGIN
+from harness.analysis.verdict import FAIL_AT, LEVEL, MARGIN
 from harness.measure.watch import STALL_S
 
 SIZE = typer.Option(None, help="Model size (default: by machine).")
@@ -37,6 +37,14 @@ FAIL_AT_OPTION = typer.Option(
     min=0.0,
     help="Exit 1 when the headline is slower by at least this (0.01: 1%); a smaller"
     " significant slowdown is reported and exits 0.",
+)
+CONFIDENCE_OPTION = typer.Option(
+    LEVEL,
+    min=0.5,
+    max=0.9999,
+    help="Two-sided confidence level of the intervals that decide the verdicts (0.95): an A/A"
+    " run reads 'faster' or 'slower' at most 1 - this of the time; higher: fewer false"
+    " verdicts, more blocks to decide a change.",
 )
 MAX_BLOCKS = 8  # --blocks auto's cap by default: 32 servers with --abba
 ALLOW_INTERFERENCE = typer.Option(

@@ -25,7 +25,9 @@ HELP = """Compare two arms on fresh servers; exit 1 when B's headline figure is 
 Verdicts: "faster" or "slower" when the interval excludes 0, however small
 the change (its size beside it); "no change" when the interval covers 0 and
 lies within +-margin (--margin, default 2%); else "not enough data", with
-the blocks a decision would likely need (docs/STATISTICS.md).
+the blocks a decision would likely need (docs/STATISTICS.md). Intervals at
+--confidence (default 95%): an A/A run reads "faster" or "slower" at most
+5% of the time; 0.99 or 0.999 for a gate that must rarely cry wolf.
 
 \b
 Exit codes: 0 done, 1 B's headline slower by at least --fail-at (default
@@ -42,7 +44,7 @@ verdict ("not enough data", exit 0): within one block a server's position
 cannot be told from its arm (docs/STATISTICS.md). --blocks auto runs 2
 blocks, then adds one at a time until the headline is decided or
 --max-blocks is reached; each look's interval is widened so that the
-chance of a false verdict over all looks stays at most 5%.
+chance of a false verdict over all looks stays at most 1 - --confidence.
 
 \b
 Continue (--out DIR --continue): the same command adds --blocks more blocks
@@ -93,6 +95,7 @@ def main(
     shards: int = o.SHARDS,
     margin: float = o.MARGIN_OPTION,
     fail_at: float = o.FAIL_AT_OPTION,
+    confidence: float = o.CONFIDENCE_OPTION,
     allow_interference: bool = o.ALLOW_INTERFERENCE,
     time_budget: float | None = o.TIME_BUDGET,
     report: bool = typer.Option(False, "--report", help="Write report.md and plots too."),
@@ -150,7 +153,7 @@ def main(
         )
 
     def rules(look: int):
-        return verdict_rule(margin, fail_at, max_blocks if auto else None, look)
+        return verdict_rule(margin, fail_at, confidence, max_blocks if auto else None, look)
 
     if auto and continued is not None:
         count = max(1, MIN_BLOCKS - continued.next_block)

@@ -102,11 +102,12 @@ def caption(c: Comparison) -> str:
         if c.blocks < MIN_BLOCKS:
             units += f" (fewer than {MIN_BLOCKS} blocks: intervals, no verdicts)"
     return (
-        f"B against A over {units}. {headline} ({c.rule.level:.0%} CI) alone decides the exit"
-        f" code; {POSTPROCESS_WORK} ({c.rule.level:.0%} CI) is judged on its own, as the"
-        f" worker's diagnostic; the other {c.family} figures and phases are held together at"
-        f" {c.rule.level:.0%} (Bonferroni: each interval at {c.family_rule.level:.2%}), so an"
-        f" A/A run shows a verdict on any of them at most {1 - c.rule.level:.0%} of the time."
+        f"B against A over {units}. {headline} ({level_text(c.rule.level)} CI) alone decides"
+        f" the exit code; {POSTPROCESS_WORK} ({level_text(c.rule.level)} CI) is judged on its"
+        f" own, as the worker's diagnostic; the other {c.family} figures and phases are held"
+        f" together at {level_text(c.rule.level)} (Bonferroni: each interval at"
+        f" {c.family_rule.level:.2%}), so an A/A run shows a verdict on any of them at most"
+        f" {level_text(1 - c.rule.level)} of the time."
         f" 'faster'/'slower': the interval excludes 0; 'no change': it covers 0 within"
         f" +-{c.rule.margin:.1%}.{_looks(c)} Latency percentiles cover each server's steady"
         " window."
@@ -126,10 +127,19 @@ def _looks(c: Comparison) -> str:
 def phase_caption(c: Comparison) -> str:
     """The levels of the phase table's intervals."""
     return (
-        f"{POSTPROCESS_WORK}: {c.rule.level:.0%} interval; every other phase:"
+        f"{POSTPROCESS_WORK}: {level_text(c.rule.level)} interval; every other phase:"
         f" {c.family_rule.level:.2%} (Bonferroni over the {c.family} figures and phases besides"
         f" the headline and {POSTPROCESS_WORK})"
     )
+
+
+def level_text(level: float) -> str:
+    """A confidence level (or an error rate) as a percentage with the digits it needs: 95%,
+    97.5%, 99.9%, 0.1%."""
+    for digits in range(4):
+        if abs(round(level * 100, digits) - level * 100) < 1e-9:
+            return f"{level * 100:.{digits}f}%"
+    return f"{level:.4%}"
 
 
 def percent(value: float | None) -> str:

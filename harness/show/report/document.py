@@ -26,6 +26,7 @@ from harness.show.format import (
     bound_text,
     caption,
     exit_words,
+    level_text,
     number,
     phase_caption,
 )
@@ -115,7 +116,7 @@ def headline(c: Comparison) -> str:
         change = f", change {f.change.ratio - 1:+.1%} (descriptive: one run a side, no interval)"
     elif f.change.ratio is not None:
         change = (
-            f", change {f.change.ratio - 1:+.1%} ({c.rule.level:.0%} CI "
+            f", change {f.change.ratio - 1:+.1%} ({level_text(c.rule.level)} CI "
             f"{bound_text(f.change.low - 1)} .. {bound_text(f.change.high - 1)})"
         )
     if c.unit == BETWEEN_RUNS:
