@@ -26,6 +26,7 @@ SUITES=(
   "evidence|ABBA comparisons of engine settings, 3 blocks each, one tarball each|EVIDENCE=\"name:engine.key[+engine.key2][:A:B] ...\" EVIDENCE_SCENARIO EVIDENCE_C EVIDENCE_LOAD EVIDENCE_BUDGET=300 EVIDENCE_UNTIL=300 EVIDENCE_CONTINUE=DIR"
   "orpheus|Orpheus 3b audio-s/s at c=32 and c=64, and its iteration profiled|-"
   "scrape|does a 1 s /metrics scrape loop move output tok/s? an A/A (bench_scrape_cost)|SCRAPE_ARGS=\"-c 64 --blocks 2\""
+  "probe|decode graph against the eager step per engine in one process, memory poisoned (probe_graph_order)|PROBE_ORDER=\"--poison triton flashinfer triton\""
 )
 [ "${1:-list}" = list ] && { printf '%s\n' "${SUITES[@]}" | column -t -s '|'; exit 0; }
 names=$(printf '%s\n' "${SUITES[@]}" | cut -d'|' -f1)
@@ -221,6 +222,11 @@ suite_orpheus() {
 suite_scrape() {
   timeout 560 python3 -m benchmarks.bench_scrape_cost --size 0.8b ${SCRAPE_ARGS:--c 64 --blocks 2} \
     --set engine.stall_timeout_s=120 2>&1 | tail -n 40 | tee "$OUT/scrape_cost.log"
+}
+
+suite_probe() {
+  timeout 300 python3 -m benchmarks.probe_graph_order ${PROBE_ORDER:---poison triton flashinfer triton} \
+    2>&1 | grep -v "^USDT" | tail -n 60 | tee "$OUT/probe_graph_order.log"
 }
 
 for suite in "${requested[@]}"; do

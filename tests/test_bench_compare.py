@@ -65,6 +65,18 @@ def test_repeated_runs_a_side_give_a_verdict_over_runs(tmp_path):
     assert change["verdict"] == "slower" and change["low"] <= 0.9 <= change["high"]
     assert data["labels"] == {"A": "base (3 runs)", "B": "pr (3 runs)"}
     assert len({s["block"] for s in data["servers"]}) == 6  # one block per run
+    # the same runs at --confidence 0.9999: t at 4 df is 15.5, not 2.78, so the interval holds
+    # the 95% one and is over 5 times as wide; still "slower" (-10%, runs within 1%)
+    strict = CliRunner().invoke(
+        app, ["compare", str(tmp_path / "base"), str(tmp_path / "pr"), "--json",
+              "--confidence", "0.9999"],
+    )  # fmt: skip
+    assert strict.exit_code == 1, strict.output
+    wide = json.loads(strict.stdout[: strict.stdout.rindex("}") + 1])
+    assert wide["rule"]["level"] == 0.9999 and data["rule"]["level"] == 0.95
+    wider = wide["figures"][0]["change"]
+    assert wider["low"] < change["low"] and change["high"] < wider["high"] < 1
+    assert wider["high"] - wider["low"] > 5 * (change["high"] - change["low"])
 
 
 def test_bench_compare_refuses_another_schema(tmp_path):

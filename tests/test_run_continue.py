@@ -227,6 +227,7 @@ def test_continue_adds_a_block_end_to_end(tmp_path):
     def call(*extra: str, c: str = "4", b: str = "worktree") -> subprocess.CompletedProcess:
         args = ["run", "qwen35", "-c", c, "--blocks", "1", "--requests", "16"]
         args += ["--warmup", "4", "--period", "10", "--arm", "a=worktree", "--arm", f"b={b}"]
+        args += ["--confidence", "0.999"]  # an A/A: at 95% 1 run in 40 reads "slower", exit 1
         command = [sys.executable, "-m", "harness", *args, "--out", str(out), "--json", *extra]
         return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
 
