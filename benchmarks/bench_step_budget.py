@@ -3,6 +3,7 @@ bytes it must move, and the bandwidth that makes against the GPU's peak.
 
     python -m benchmarks.bench_step_budget --batch 64 --context 512 --markdown budget.md
     python -m benchmarks.bench_step_budget --size tiny --batch 8 --context 64   # a CPU: ops
+    python -m benchmarks.bench_step_budget --scenario orpheus --batch 64 --codec-windows 64
 
 On CUDA with graphs, `--replays` replays of the staged decode graph run under the torch
 profiler and each device kernel's time is summed; elsewhere eager steps run and each op's
@@ -15,6 +16,13 @@ conv states, the logits for the sampler. Bytes over time is the class's achieved
 its floor is bytes over `--peak-gbs` (the H200's HBM3e: 4,800 GB/s), so "x floor" says how
 far each class is from the memory limit. Norms, activations and copies move activations
 only: no floor is given for them.
+
+`--codec-windows N` (Orpheus): a second table, the codec's step of N windows (the SNAC decode
+a worker iteration runs for the windows its streams completed; at c=64 up to 64), profiled the
+same way (the bucket's codec graph replayed on its stream; the eager decode on a CPU) with the
+scenario's codec kernels and sines. Its classes are the decoder's (`CODEC_CLASSES`); the bytes
+it must move are its weights, read once a step (the 1-d convolutions apart from the transposed
+ones that upsample); its activations, which grow with the audio, get no floor.
 """
 
 from __future__ import annotations
@@ -41,6 +49,14 @@ CLASSES: tuple[tuple[str, str], ...] = (  # class, pattern over a kernel's (or o
 )
 
 
+CODEC_CLASSES: tuple[tuple[str, str], ...] = (  # the codec's step (SNAC's decoder)
+    ("upsample", r"conv_transpose|convtranspose|col2im|dgrad|transpose_conv"),
+    ("snake", r"snake|\bsin|_sin|sine"),
+    ("conv", r"conv|cudnn|implicit|winograd|fprop|gemm|matmul|\bmm\b|xmma|nvjet|sm90|cutlass|fold"),
+    ("copy", r"copy|memcpy|memset|fill|\bcat\b|pad"),
+)
+
+
 @dataclass(frozen=True)
 class ClassBudget:
     name: str
@@ -53,9 +69,9 @@ class ClassBudget:
     top: list[tuple[str, float]]  # its costliest kernels: name, us a step
 
 
-def classify(name: str) -> str:
+def classify(name: str, classes: tuple[tuple[str, str], ...] = CLASSES) -> str:
     lowered = name.lower()
-    for label, pattern in CLASSES:
+    for label, pattern in classes:
         if re.search(pattern, lowered):
             return label
     return "other"
@@ -86,14 +102,27 @@ def traffic(engine, batch: int, context: int) -> dict[str, int]:
     }
 
 
+def codec_traffic(network: torch.nn.Module) -> dict[str, int]:
+    """Bytes the codec's step must move at least: its weights, each read once (the transposed
+    convolutions, which upsample, apart from the rest)."""
+    moved = {"upsample": 0, "conv": 0}
+    for module in network.modules():
+        own = sum(p.numel() * p.element_size() for p in module.parameters(recurse=False))
+        if own:
+            upsample = isinstance(module, torch.nn.ConvTranspose1d)
+            moved["upsample" if upsample else "conv"] += own
+    return moved
+
+
 def budget(
-    kernels: list[tuple[str, float]], steps: int, moved: dict[str, int], peak_gbs: float
-) -> list[ClassBudget]:
+    kernels: list[tuple[str, float]], steps: int, moved: dict[str, int], peak_gbs: float,
+    classes: tuple[tuple[str, str], ...] = CLASSES,
+) -> list[ClassBudget]:  # fmt: skip
     """`kernels`: (name, us) of every kernel run over `steps` steps; one row a class, costliest
     first."""
     by_class: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for name, us in kernels:
-        by_class[classify(name)][name].append(us)
+        by_class[classify(name, classes)][name].append(us)
     total = sum(us for _, us in kernels) or 1.0
     rows = []
     for label, names in by_class.items():
@@ -144,24 +173,54 @@ def render(rows: list[ClassBudget], title: str, peak_gbs: float) -> str:
 def profiled_kernels(engine, steps: int) -> list[tuple[str, float]]:
     """(name, us) of each kernel of `steps` decode steps: graph replays' device kernels on
     CUDA, eager steps' ops (self time on the host) elsewhere."""
+    if engine.graphs is not None:
+        step = engine.graphs.replay(engine.scheduler.schedule())
+        return profiled(step.graph.replay, steps, cuda=True)
+    return profiled(engine.run_step, steps, cuda=False)
+
+
+def profiled(run, steps: int, cuda: bool) -> list[tuple[str, float]]:
+    """(name, us) of each kernel `steps` calls of `run` launch, after 3 calls unprofiled: the
+    device's kernels on CUDA, each op's self time on the host elsewhere."""
     from torch.profiler import ProfilerActivity, profile
 
     from benchmarks.device_streams import device_spans
 
-    if engine.graphs is not None:
-        step = engine.graphs.replay(engine.scheduler.schedule())
-        for _ in range(3):
-            step.graph.replay()
+    for _ in range(3):
+        run()
+    if cuda:
         torch.cuda.synchronize()
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             for _ in range(steps):
-                step.graph.replay()
+                run()
             torch.cuda.synchronize()
         return [(s.name, s.end_us - s.start_us) for s in device_spans(prof.events())]
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         for _ in range(steps):
-            engine.run_step()
+            run()
     return [(e.key, e.self_cpu_time_total) for e in prof.key_averages() if e.self_cpu_time_total]
+
+
+def codec_budget(scenario, windows: int, steps: int, peak_gbs: float) -> tuple[str, list]:
+    """The codec's step of `windows` windows: its title and rows (`--codec-windows`)."""
+    from benchmarks.bench_codec import Codec, windows_of
+
+    config = scenario.engine
+    codec = Codec(
+        scenario.model.preset, config.dtype, config.device, config.codec_kernels, windows,
+        config.codec_sine,
+    )  # fmt: skip
+    codes = codec.node.codes(windows_of(windows))
+    cuda = codec.decoder.cuda_stream is not None
+    mode = "graphs" if cuda and config.codec_graphs else "eager"
+    kernels = profiled(lambda: codec.step(codes, mode), steps, cuda)
+    rows = budget(kernels, steps, codec_traffic(codec.network), peak_gbs, CODEC_CLASSES)
+    where = f"{mode}, device kernels" if cuda else "eager, host ops"
+    title = (
+        f"{scenario.name} {scenario.size} codec step, {windows} windows, kernels"
+        f" {config.codec_kernels}, sine {config.codec_sine} ({where}, {steps} steps)"
+    )
+    return title, rows
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -177,7 +236,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--peak-gbs", type=float, default=PEAK_GBS)
     parser.add_argument("--markdown", default=None, help="write the table here")
     parser.add_argument("--json", default=None, help="write the rows here")
+    parser.add_argument(
+        "--codec-windows", type=positive_int, default=None,
+        help="orpheus: also the codec's step of this many windows (a second table)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
+    if args.codec_windows and args.scenario != "orpheus":
+        parser.error("--codec-windows: only orpheus has a codec")
     scenario = load_scenario(args.scenario, args.size)
     cuda = torch.cuda.is_available()
     engine = build(scenario, args.batch, args.context, args.steps + 8, "auto", graphs=cuda)
@@ -191,11 +256,19 @@ def main(argv: list[str] | None = None) -> None:
         f" {args.context} ({where}, {args.steps} steps)"
     )
     text = render(rows, title, args.peak_gbs)
+    tables = {"step": [asdict(r) for r in rows]}
+    if args.codec_windows:
+        del engine
+        codec_title, codec_rows = codec_budget(
+            scenario, args.codec_windows, args.steps, args.peak_gbs
+        )
+        text += "\n" + render(codec_rows, codec_title, args.peak_gbs)
+        tables["codec"] = [asdict(r) for r in codec_rows]
     print(text)
     if args.markdown:
         Path(args.markdown).write_text(text)
     if args.json:
-        Path(args.json).write_text(json.dumps([asdict(r) for r in rows], indent=1))
+        Path(args.json).write_text(json.dumps(tables, indent=1))
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ SUITES=(
   "tests|every GPU test in one process, durations and a JSON line per test|TESTS_TIER=full/quick TESTS_ORDER=file/reverse/shuffle:SEED TESTS_K=expr TESTS_TIMEOUT=580"
   "quick|the quick tier of the GPU tests (run on every engine change)|as tests"
   "step|0.8b decode steps at batch 64 and 128, eager and graphs, profiled; prefill and mixed steps|STEP_ARGS=extra bench_gpu_step options, e.g. --pdl or --state-dtype bfloat16"
-  "budget|the decode step's per-kernel time budget at batch 64 and 128 (docs/KERNELS.md)|BUDGET_BATCHES=\"64 128\""
+  "budget|the decode step's per-kernel time budget at batch 64 and 128, then Orpheus 3b's step and codec step (docs/KERNELS.md)|BUDGET_BATCHES=\"64 128\" BUDGET_ORPHEUS=64 (0: none)"
   "loop|the served decode iteration apart (bench_decode_loop), strict and overlapped, profiled|LOOP_ARGS=extra options, e.g. --closed or --pdl"
   "kernels|each kernel benchmark: Gated DeltaNet, decode attention, our GEMM, the launch cost|-"
   "accuracy|engine.state_dtype bfloat16 against float32: greedy agreement at 0.8b|ACCURACY_ARGS ACCURACY_TIMEOUT=400"
@@ -100,6 +100,11 @@ suite_budget() {
       --markdown "$OUT/budget_b$b.md" --json "$OUT/budget_b$b.json" 2>&1 | tail -n 40 \
       | tee -a "$OUT/budget.log"
   done
+  b=${BUDGET_ORPHEUS:-64}
+  [ "$b" = 0 ] && return
+  timeout 300 python3 -m benchmarks.bench_step_budget --scenario orpheus --batch "$b" \
+    --context 256 --codec-windows "$b" --markdown "$OUT/budget_orpheus_b$b.md" \
+    --json "$OUT/budget_orpheus_b$b.json" 2>&1 | tail -n 40 | tee -a "$OUT/budget.log"
 }
 
 suite_loop() {

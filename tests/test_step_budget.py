@@ -4,7 +4,10 @@ arithmetic holds on made-up kernels; the whole benchmark runs on the CPU's ops."
 
 from __future__ import annotations
 
+import json
+
 import pytest
+import torch
 
 from benchmarks import bench_step_budget as sb
 
@@ -60,3 +63,51 @@ def test_the_whole_benchmark_runs_on_the_cpu_and_counts_the_engines_bytes(tmp_pa
         == 4 * 16 * len(engine.cache.k) * 2 * cfg.num_key_value_heads * (cfg.head_dim) * 4
     )  # fp32 K and V of every full-attention layer
     assert moved["gemm"] > cfg.vocab_size * cfg.hidden_size * 4  # the LM head at least
+
+
+@pytest.mark.parametrize(
+    "name, label",
+    [
+        ("aten::conv_transpose1d", "upsample"),
+        ("void cudnn::detail::dgrad_engine<float, 512, 6, 5, 3, 3, 3, false>", "upsample"),
+        ("_snake_kernel", "snake"),
+        ("aten::sin", "snake"),
+        ("sm90_xmma_fprop_implicit_gemm_bf16bf16", "conv"),
+        ("_folded_unit_kernel", "conv"),
+        ("Memcpy DtoH (Device -> Pinned)", "copy"),
+        ("aten::mul", "other"),
+    ],
+)
+def test_each_codec_kernel_name_falls_in_its_class(name, label):
+    assert sb.classify(name, sb.CODEC_CLASSES) == label
+
+
+def test_orpheus_with_the_codec_writes_both_tables_and_the_codecs_weights(tmp_path):
+    """--codec-windows: the LLM step's table and the codec's step's, both in the markdown and
+    the JSON; the codec's bytes are its weights, the transposed convolutions apart."""
+    out, rows = tmp_path / "budget.md", tmp_path / "b.json"
+    sb.main(["--scenario", "orpheus", "--size", "tiny", "--batch", "2", "--context", "16",
+             "--steps", "2", "--codec-windows", "3", "--markdown", str(out),
+             "--json", str(rows)])  # fmt: skip
+    text = out.read_text()
+    assert "decode step, batch 2" in text and "codec step, 3 windows, kernels torch" in text
+    tables = json.loads(rows.read_text())
+    assert set(tables) == {"step", "codec"}
+    codec = {r["name"]: r for r in tables["codec"]}
+    assert codec["conv"]["us"] > 0 and sum(r["share"] for r in codec.values()) == pytest.approx(1)
+    from engine.models import build_streams
+
+    ((network, _),) = build_streams("orpheus", "tiny", 0, "float32", "cpu")
+    moved = sb.codec_traffic(network)
+    upsampling = [m for m in network.modules() if isinstance(m, torch.nn.ConvTranspose1d)]
+    assert upsampling and moved["upsample"] == sum(
+        p.numel() * 4 for m in upsampling for p in m.parameters()
+    )
+    total = sum(p.numel() * 4 for p in network.parameters())
+    assert moved["upsample"] + moved["conv"] == total
+    assert codec["conv"]["bytes"] == moved["conv"]
+
+
+def test_codec_windows_is_orpheus_only():
+    with pytest.raises(SystemExit):
+        sb.main(["--size", "tiny", "--codec-windows", "4"])
