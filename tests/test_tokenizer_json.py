@@ -1,7 +1,8 @@
 """The default tokenizer (engine/tokenizer.py WordTokenizer) is the tokenizer.json the server
 serves, and a reply's streamed text re-tokenizes to the ids sent: with `tokenizers`, with
 transformers' PreTrainedTokenizerFast, with the `openai` client (scripts/interop_openai.py)
-and under `hey`, a third-party load tool from Debian (INVARIANTS 68; docs/INTEROP.md)."""
+under Locust, a third-party load tool from PyPI, and under `hey`, one from Debian (INVARIANTS 68;
+docs/INTEROP.md)."""
 
 from __future__ import annotations
 
@@ -109,3 +110,23 @@ def test_hey_drives_completions_without_an_error(tiny_server):
     assert proc.returncode == 0, proc.stderr
     codes = dict(re.findall(r"\[(\d+)\]\s+(\d+) responses", proc.stdout))
     assert codes == {"200": "16"}, proc.stdout
+
+
+@pytest.mark.slow
+def test_locust_streams_completions_and_every_reply_holds_the_protocol(tiny_server):
+    """Locust (in the dev extra) with scripts/interop_locustfile.py: 4 users in a closed loop
+    for 3 s, each streamed reply checked in the locustfile (its tokens 16, as `usage` says,
+    ended by [DONE], a 200): no failure, and its TTFT and TOKENS rows count every reply."""
+    pytest.importorskip("locust")
+    cmd = ["locust", "-f", str(ROOT / "scripts" / "interop_locustfile.py"), "--headless",
+           "-u", "4", "-r", "4", "-t", "3s", "--host", f"http://127.0.0.1:{tiny_server.port}",
+           "--json", "--skip-log"]  # fmt: skip
+    locust = shutil.which("locust") or str(Path(sys.executable).parent / "locust")
+    proc = subprocess.run([locust, *cmd[1:]], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    rows = {row["method"]: row for row in json.loads(proc.stdout)}
+    replies = rows["POST"]["num_requests"]
+    assert replies >= 4 and rows["POST"]["num_failures"] == 0, rows["POST"]
+    # a user cut by the run's end leaves a request unfinished: counted, never timed
+    assert replies - 4 <= rows["TTFT"]["num_requests"] == rows["TOKENS"]["num_requests"] <= replies
+    assert rows["TOKENS"]["total_content_length"] == 16 * rows["TOKENS"]["num_requests"]
