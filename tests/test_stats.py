@@ -28,6 +28,7 @@ from harness.analysis.verdict import (
     Rule,
     decide,
 )
+from harness.show.format import change_text
 
 ABBA = "ABBA"
 
@@ -159,6 +160,20 @@ def test_ab_blocks_give_blocks_less_one_degrees_of_freedom():
     change = paired_change(servers(6, 0.90, 0.01, seed=2, order="AB"), "A", "B", True)
     assert change.method == BLOCKS and change.blocks == 6 and change.df == 5
     assert change.verdict == SLOWER
+
+
+def test_an_interval_past_a_floats_range_stays_finite_and_undecided():
+    """Two A B blocks (1 df) at --confidence 0.999 (t = 637) on servers a factor of 5 apart:
+    the log bounds pass +-709, where exp overflows (a tiny CPU run crashed with exit 3 there).
+    The bounds stop at e^+-700, finite for JSON, and the tables print them as past the scale."""
+    values = servers(2, 1.0, 0.0, seed=0, order="AB")
+    values.loc[values.index[0], "value"] *= 5.0
+    values.loc[values.index[3], "value"] *= 5.0  # block 0: B/A = 1/5, block 1: 5
+    change = paired_change(values, "A", "B", True, Rule(level=0.999))
+    assert change.df == 1 and change.verdict == NOT_ENOUGH
+    assert 0 < change.low < 1e-300 and 1e300 < change.high < math.inf
+    assert math.log(change.high) == pytest.approx(700.0)
+    assert change_text(change).endswith("(<-99.9..>+999%)")
 
 
 def test_zero_variance():

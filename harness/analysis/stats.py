@@ -131,5 +131,17 @@ def _change(
     half = t_quantile(rule.level, df) * se
     low, high = effect - half, effect + half
     verdict = decide(low, high, higher_is_better, rule)
-    exp = math.exp
-    return Change(exp(effect), exp(low), exp(high), blocks, method, df, verdict, None, rule.level)
+    return Change(
+        _ratio(effect), _ratio(low), _ratio(high), blocks, method, df, verdict, None, rule.level
+    )
+
+
+# A log-ratio bound past this reads as a ratio of e^700 (1e304) or its inverse: finite, so
+# summary.json stays JSON and the tables print ">+999%". A wide t (few degrees of freedom at a
+# high --confidence: t = 637 at 1 df and 99.9%) times a CPU run's spread reaches e^709, where
+# math.exp overflows (a tiny A/A continued to 2 A B blocks did).
+LOG_BOUND = 700.0
+
+
+def _ratio(log_ratio: float) -> float:
+    return math.exp(min(max(log_ratio, -LOG_BOUND), LOG_BOUND))
