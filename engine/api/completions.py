@@ -6,6 +6,7 @@ are (replies.py).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from time import perf_counter
 
@@ -82,28 +83,68 @@ async def _stream(
         headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
     )
     await response.prepare(request)
-    text = tokenizer.stream()
-    produced = 0
+    events = StreamEvents(params, reply, tokenizer, tally)
     while True:
-        frame = await queue.get()
-        if frame.tokens:
-            tally.frame(len(frame.tokens))
-            piece = "".join(text.step(t) for t in frame.tokens)
-            logprobs = _logprobs(frame.tokens, frame.logprobs, tokenizer)
-            await response.write(_data(reply.chunk(piece, frame.tokens, logprobs, not produced)))
-            produced += len(frame.tokens)
-        if frame.finish_reason is None:
-            continue
-        tally.finish(frame.finish_reason)
+        data, ended = events.of(await drained(queue))
+        if data:  # a frame may carry no tokens
+            await response.write(data)
+        if ended:
+            await response.write_eof()
+            return response
+
+
+async def drained(queue: asyncio.Queue) -> list:
+    """The next frame, and every frame queued behind it.
+
+    Why: under load a reply's frames queue while the event loop serves the other replies; one
+    write (one send) for all of them costs what one frame's did, where a write each made the
+    API server the limit (benchmarks/bench_api.py at -c 256 on 2 cores: 80-116k streamed tokens
+    a second, 148-182k with this; docs/BENCHMARKS.md). A reply that keeps up gets each frame as
+    it comes: one frame, one write."""
+    frames = [await queue.get()]
+    while not queue.empty():
+        frames.append(queue.get_nowait())
+    return frames
+
+
+class StreamEvents:
+    """A streamed reply's SSE events, an event a frame: the tokens' text, then the final event
+    (usage, or the error) and `[DONE]`."""
+
+    def __init__(
+        self, params: CompletionParams, reply: Reply, tokenizer: Tokenizer, tally: RequestTally
+    ):
+        self.params, self.reply, self.tokenizer, self.tally = params, reply, tokenizer, tally
+        self.text = tokenizer.stream()
+        self.produced = 0
+
+    def of(self, frames: list) -> tuple[bytes, bool]:
+        """The bytes of `frames`' events, and whether the reply ended with them (its last frame
+        carries a finish reason; none follows it)."""
+        events = []
+        for frame in frames:
+            if frame.tokens:
+                self.tally.frame(len(frame.tokens))
+                piece = "".join(self.text.step(t) for t in frame.tokens)
+                logprobs = _logprobs(frame.tokens, frame.logprobs, self.tokenizer)
+                first = not self.produced
+                events.append(_data(self.reply.chunk(piece, frame.tokens, logprobs, first)))
+                self.produced += len(frame.tokens)
+            if frame.finish_reason is not None:
+                events += self._end(frame)
+                return b"".join(events), True
+        return b"".join(events), False
+
+    def _end(self, frame) -> list[bytes]:
+        self.tally.finish(frame.finish_reason)
         if frame.finish_reason == "error":
             err = {"error": {"message": frame.error or "generation failed", "type": "server_error"}}
-            await response.write(_data(err))
-        else:
-            counts = usage(len(params.prompt), produced)
-            await response.write(_data(reply.final(frame.finish_reason, counts)))
-        await response.write(b"data: [DONE]\n\n")
-        await response.write_eof()
-        return response
+            return [_data(err), DONE]
+        counts = usage(len(self.params.prompt), self.produced)
+        return [_data(self.reply.final(frame.finish_reason, counts)), DONE]
+
+
+DONE = b"data: [DONE]\n\n"
 
 
 async def _collect(
