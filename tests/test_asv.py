@@ -15,7 +15,7 @@ from benchmarks.bench_runtime import Postprocess
 from engine.runtime.postprocess import PostprocessNeed
 from harness.analysis.nightly import to_measure
 from harness.errors import BenchError
-from harness.measure import nightly
+from harness.measure import asv_runs, nightly
 from harness.measure.arms import git
 from harness.measure.session import SERVERS
 
@@ -26,20 +26,20 @@ MACHINE = "ci-quick"
 def test_asv_quick_run_tracks_the_session_summary(tmp_path):
     started = time.monotonic()
     config = tmp_path / "asv.conf.json"
-    conf = nightly.load_config() | {
-        "repo": str(nightly.REPO),
-        "benchmark_dir": str(nightly.REPO / "benchmarks"),
+    conf = asv_runs.load_config() | {
+        "repo": str(asv_runs.REPO),
+        "benchmark_dir": str(asv_runs.REPO / "benchmarks"),
         "results_dir": str(tmp_path / "results"),
         "html_dir": str(tmp_path / "html"),
         "env_dir": str(tmp_path / "env"),
     }
     config.write_text(json.dumps(conf))
     env = {"HOME": str(tmp_path), "BENCH_ASV_SESSIONS": str(tmp_path / "sessions")}
-    assert nightly.asv("machine", "--yes", f"--machine={MACHINE}", config=config, env=env) == 0
+    assert asv_runs.asv("machine", "--yes", f"--machine={MACHINE}", config=config, env=env) == 0
     head = git("rev-parse", "HEAD")
     run = ["run", "--quick", "--python=same", f"--set-commit-hash={head}", f"--machine={MACHINE}"]
     run.append("--record-samples")  # as bench nightly records: each server's value kept
-    assert nightly.asv(*run, "--show-stderr", config=config, env=env) == 0, "a benchmark failed"
+    assert asv_runs.asv(*run, "--show-stderr", config=config, env=env) == 0, "a benchmark failed"
 
     values = {k: v[0] for k, v in nightly.series(tmp_path / "results", MACHINE, [head]).items()}
     assert values and all(v is not None for v in values.values()), values

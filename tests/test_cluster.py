@@ -21,7 +21,7 @@ ray = pytest.importorskip("ray", reason="Ray is not installed (pip install -e '.
 
 from harness.cli import app  # noqa: E402
 from harness.cluster import clock  # noqa: E402
-from harness.measure import nightly  # noqa: E402
+from harness.measure import asv_runs, nightly  # noqa: E402
 from harness.measure.arms import git_or_none  # noqa: E402
 from harness.measure.server import free_port  # noqa: E402
 
@@ -210,8 +210,8 @@ def _night_config(folder: Path, suite: Path, tip: str) -> Path:
     """asv.conf.json for one night, as tests/test_asv.py makes it (a results directory of its
     own), on a suite of one tiny benchmark and main's history up to `tip`."""
     folder.mkdir()
-    conf = nightly.load_config() | {
-        "repo": str(nightly.REPO),
+    conf = asv_runs.load_config() | {
+        "repo": str(asv_runs.REPO),
         "benchmark_dir": str(suite),
         "results_dir": str(folder / "results"),
         "html_dir": str(folder / "html"),

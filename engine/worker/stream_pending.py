@@ -15,13 +15,15 @@ graphs (one slot names both). Overlapped (`engine.codec_overlap`) the stage begi
 before it finishes N, so N+1's copy back must not land in the buffer N's copy wrote and the
 host has not read yet, nor N+1's codes be staged where N's copy may still be reading
 (INVARIANTS 26).
+
+`Stream` is one request's state in the stage (its tokens, its windows taken, its input's end):
+here, beside the step that holds it, so the stage and its step in flight import one way.
 """
 
 from __future__ import annotations
 
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -31,8 +33,21 @@ from engine.runtime.graph import NodeSubmodule
 from engine.runtime.postprocess import StepOutput
 from engine.worker.codec_graphs import CodecGraphs
 
-if TYPE_CHECKING:
-    from engine.worker.stream_stage import Stream
+OPEN_STREAM = 2**40  # the tokens a stream that has not ended counts as (its loop's cap)
+
+
+@dataclass
+class Stream:
+    rid: int
+    handle: int  # the stage runtime's handle
+    prompt_tokens: int
+    tokens: list[int] = field(default_factory=list)
+    windows: int = 0  # windows taken by a step (the runtime's count agrees once it finished)
+    ended: str | None = None  # the previous node's finish reason, once its stream ended
+    error: str | None = None  # and its error, for the stream's last frame
+    # The input tokens the loop's registered cap counts: until the stream's end is taken, more
+    # than any window count can reach (the loop never ends while more input may come).
+    cap_tokens: int = OPEN_STREAM
 
 
 @dataclass

@@ -32,7 +32,6 @@ only) a step replays the node's `pcm` captured per window-count bucket instead, 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from functools import partial
 
 import numpy as np
@@ -45,24 +44,8 @@ from engine.runtime.runtime import GraphRuntime
 from engine.spans import NodeSpans
 from engine.worker.codec_graphs import CodecGraphs
 from engine.worker.node_postprocess import postprocess_step, stop_rows
-from engine.worker.stream_pending import PendingWindows, WindowDecoder
+from engine.worker.stream_pending import PendingWindows, Stream, WindowDecoder
 from engine.worker.timing import PhaseTimer, now_ns
-
-OPEN_STREAM = 2**40  # the tokens a stream that has not ended counts as (its loop's cap)
-
-
-@dataclass
-class Stream:
-    rid: int
-    handle: int  # the stage runtime's handle
-    prompt_tokens: int
-    tokens: list[int] = field(default_factory=list)
-    windows: int = 0  # windows taken by a step (the runtime's count agrees once it finished)
-    ended: str | None = None  # the previous node's finish reason, once its stream ended
-    error: str | None = None  # and its error, for the stream's last frame
-    # The input tokens the loop's registered cap counts: until the stream's end is taken, more
-    # than any window count can reach (the loop never ends while more input may come).
-    cap_tokens: int = OPEN_STREAM
 
 
 class StreamStage:

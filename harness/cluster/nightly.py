@@ -1,7 +1,7 @@
 """`bench nightly --cluster`: each commit's `asv run` a Ray task that claims one GPU (one CPU on
 a CPU cluster); the commits spread over the cluster's nodes and run at once.
 
-A task runs the command a local night runs for its commit (measure/nightly.py: `run_args`, on
+A task runs the command a local night runs for its commit (measure/asv_runs.py: `run_args`, on
 the worktree the driver made), on its node, into a results directory of its own and under an
 asv machine file of its own that holds the driver's machine entry (asv_main.py), and returns
 the files asv wrote with asv's output. The driver alone writes the results directory, in
@@ -41,7 +41,7 @@ from harness.cluster.tasks import (
     this_node,
 )
 from harness.errors import BenchError
-from harness.measure.nightly import asv, commit_env, run_args
+from harness.measure.asv_runs import asv, commit_env, run_args
 
 OWN = ("results_dir", "html_dir", "env_dir")  # a task's own, under its temp directory
 SHARED = ("repo", "benchmark_dir")  # the driver's, made absolute: the same path on every node
