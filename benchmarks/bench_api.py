@@ -13,6 +13,15 @@ the client receives, and how many requests the stand-in holds on average (its oc
 request the client has not yet resent is in neither), say whether the API server keeps up.
 `--profile FILE` writes the API server's cProfile table (where its CPU goes).
 
+`--tree A --tree B --rounds N`: two trees' API servers (a worktree of the commit before, and
+this one) in alternation, A B then B A, N rounds: a JSON line a run, then each round's B/A of
+the delivered tokens and TTFT p50, and how many rounds B was ahead. The way to judge a change
+of the serving path on a machine whose speed wanders over minutes:
+
+    git worktree add /tmp/base HEAD~1
+    python -m benchmarks.bench_api -c 256 --tick-ms 0.5 --requests 1024 --warmup 128 \
+      --tree /tmp/base --tree . --rounds 4
+
 On a machine where the real engine's worker iterates at ~2.5 ms with 45 of 64 requests in it
 (the H200), a ceiling near the engine's own throughput says the API server, not the
 GPU, bounds the run (docs/BENCHMARKS.md).
@@ -134,7 +143,8 @@ def api_server(port: int, tick_ms: float, report: str, profile: str | None) -> N
             pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(40)
 
 
-def run(args: argparse.Namespace) -> dict:
+def run(args: argparse.Namespace, tree: str | None = None) -> dict:
+    """One run; `tree`: the API server (and the client) of that source tree."""
     from harness.measure.server import ServerProcess, free_port
 
     report = os.path.join(tempfile.mkdtemp(prefix="bench-api-"), "worker.json")
@@ -142,7 +152,8 @@ def run(args: argparse.Namespace) -> dict:
     command = [sys.executable, "-m", "benchmarks.bench_api", "--role", "api", "--port", str(port),
                "--tick-ms", str(args.tick_ms), "--report", report,
                *(["--profile", args.profile] if args.profile else [])]  # fmt: skip
-    api = ServerProcess("qwen35", port=port, command=command).start()
+    api = ServerProcess("qwen35", port=port, command=command, cwd=tree).start()
+    env = {**os.environ, "PYTHONPATH": str(Path(tree).resolve())} if tree else None
     try:
         api.wait_healthy(timeout=60)
         out = Path(args.out or tempfile.mkdtemp(prefix="bench-api-run-"))
@@ -151,7 +162,7 @@ def run(args: argparse.Namespace) -> dict:
              "--scenario", "qwen35", "--size", args.size, "-c", str(args.concurrency),
              "--requests", str(args.requests), "--warmup", str(args.warmup),
              "--out", str(out), "--overwrite", "--json"],
-            capture_output=True, text=True, check=False,
+            capture_output=True, text=True, check=False, cwd=tree, env=env,
         )  # fmt: skip
         if measure.returncode not in (0, 1):
             raise SystemExit(f"bench measure failed ({measure.returncode}):\n{measure.stderr}")
@@ -192,13 +203,38 @@ def main() -> None:
     parser.add_argument("--ipc", default=None)
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--report", default=None)
+    parser.add_argument("--tree", action="append", default=[], help="twice: A, then B")
+    parser.add_argument("--rounds", type=int, default=3, help="with --tree: A B / B A rounds")
     args = parser.parse_args()
+    if args.tree and (len(args.tree) != 2 or args.rounds < 1):
+        parser.error("--tree twice (A, then B), with --rounds 1 or more")
     if args.role == "worker":
         stand_in_worker(args.ipc, args.tick_ms / 1000.0, args.report)
     elif args.role == "api":
         api_server(args.port, args.tick_ms, args.report, args.profile)
+    elif args.tree:
+        alternate(args)
     else:
         print(json.dumps(run(args), indent=1))
+
+
+def alternate(args: argparse.Namespace) -> None:
+    """`--tree A --tree B`: A B, then B A, `rounds` times; each round's B/A."""
+    rounds = []
+    for i in range(args.rounds):
+        order = (0, 1) if i % 2 == 0 else (1, 0)
+        got: dict[int, dict] = {}
+        for side in order:
+            got[side] = run(args, args.tree[side])
+            keep = ("delivered_tok_per_s_steady", "ttft_p50_ms", "itl_p99_ms", "failed")
+            line = {"round": i, "tree": "AB"[side], **{k: got[side][k] for k in keep}}
+            print(json.dumps(line), flush=True)
+        rounds.append(got)
+    tok = [r[1]["delivered_tok_per_s_steady"] / r[0]["delivered_tok_per_s_steady"] for r in rounds]
+    ttft = [r[1]["ttft_p50_ms"] / r[0]["ttft_p50_ms"] for r in rounds]
+    print(f"B/A delivered tok/s by round: {', '.join(f'{x:.3f}' for x in tok)}"
+          f" (B ahead in {sum(x > 1 for x in tok)} of {len(tok)});"
+          f" TTFT p50: {', '.join(f'{x:.2f}' for x in ttft)}")  # fmt: skip
 
 
 if __name__ == "__main__":
