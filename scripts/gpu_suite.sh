@@ -13,7 +13,7 @@ mkdir -p "$OUT"
 
 # name | what it runs | its settings (environment variables)
 SUITES=(
-  "tests|every GPU test in one process, durations and a JSON line per test|TESTS_TIER=full/quick TESTS_ORDER=file/reverse/shuffle:SEED TESTS_K=expr TESTS_TIMEOUT=580"
+  "tests|every GPU test in one process, durations and a JSON line per test|TESTS_TIER=full/quick TESTS_ORDER=file/reverse/shuffle:SEED TESTS_K=expr TESTS_TIMEOUT=580 TESTS_POISON=1 (--gpu-poison)"
   "quick|the quick tier of the GPU tests (run on every engine change)|as tests"
   "step|0.8b decode steps at batch 64 and 128, eager and graphs, profiled; prefill and mixed steps|STEP_ARGS=extra bench_gpu_step options, e.g. --pdl or --state-dtype bfloat16"
   "budget|the decode step's per-kernel time budget at batch 64 and 128, then Orpheus 3b's step and codec step (docs/KERNELS.md)|BUDGET_BATCHES=\"64 128\" BUDGET_ORPHEUS=64 (0: none)"
@@ -70,7 +70,7 @@ suite_tests() {  # $1: full | quick
   local mark=gpu log="$OUT/gpu_tests_$1.log"
   [ "$1" = quick ] && mark="gpu and gpu_quick"
   timeout "${TESTS_TIMEOUT:-580}" python3 -m pytest -m "$mark" -v -rA --durations=0 \
-    --order "${TESTS_ORDER:-file}" --gpu-log "$OUT/gpu_tests_$1.jsonl" \
+    --order "${TESTS_ORDER:-file}" --gpu-log "$OUT/gpu_tests_$1.jsonl" ${TESTS_POISON:+--gpu-poison} \
     ${TESTS_K:+-k "$TESTS_K"} tests/test_gpu_double_buffer.py tests/test_gpu_kernels.py \
     tests/test_bench_gpu_step.py tests/test_gpu.py > "$log" 2>&1
   echo "pytest exit $? (124: cut by its timeout)" | tee -a "$log"

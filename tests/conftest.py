@@ -33,6 +33,13 @@ def pytest_addoption(parser):
         "global settings it left changed (tests/gpu_isolation.py)",
     )
     parser.addoption(
+        "--gpu-poison",
+        action="store_true",
+        help="before each GPU test, fill the device memory the allocator hands out next with "
+        "0xFF (NaN in bf16 and fp32): a read of memory nobody wrote reads NaN every time, not "
+        "what the tests before left (benchmarks/probe_graph_order.py, `poison`)",
+    )
+    parser.addoption(
         "--fresh-workers",
         action="store_true",
         help="start every server's worker as a fresh interpreter (as bench run does), not "
@@ -141,7 +148,8 @@ def _gpu_session(request):
 
     models = RandomModels()
     models.install()
-    yield Guard(request.config.getoption("gpu_log"), models)
+    options = request.config.getoption
+    yield Guard(options("gpu_log"), models, poison=options("gpu_poison"))
     models.uninstall()
 
 

@@ -156,11 +156,17 @@ class Guard:
     """Around each GPU test: the settings restored, what it left freed, and with a log path one
     JSON line per test (seconds, allocated MiB before and after, peak, what it changed)."""
 
-    def __init__(self, log: str | None, models: RandomModels):
+    def __init__(self, log: str | None, models: RandomModels, poison: bool = False):
         self.log, self.models = (Path(log) if log else None), models
+        self.poison = poison  # --gpu-poison: fresh device memory filled with 0xFF first
 
     def around(self, nodeid: str):
         free_what_is_left()
+        if self.poison:
+            from benchmarks.probe_graph_order import poison
+
+            poison(release=True)  # the pages a later cudaMalloc (a graph pool's) may get
+            poison(release=False)  # the blocks the caching allocator hands out next
         before, start = snapshot(), time.monotonic()
         allocated = torch.cuda.memory_allocated()
         torch.cuda.reset_peak_memory_stats()
