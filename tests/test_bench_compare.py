@@ -104,3 +104,24 @@ def test_a_version_1_directory_is_read_with_the_same_figures(tmp_path):
     for name, frame in frames.items():
         pd.testing.assert_frame_equal(frames_1[name], frame, check_dtype=False)
     assert summarize(manifest_1, frames_1).to_json() == summarize(manifest, frames).to_json()
+
+
+@pytest.mark.parametrize("aa_check", [True, False])
+def test_an_aa_checks_verdict_is_said_to_be_a_false_one(tmp_path, aa_check):
+    """A run whose arms are one code (manifest `aa_check`) that still reads "slower": the
+    doubts say the verdict is a false one and how often the level gives one; a run of two codes
+    says nothing of the kind."""
+    from harness.analysis.summary import summarize
+
+    rates = [1000.0, 900.0, 905.0, 1004.0, 998.0, 897.0, 902.0, 1001.0]
+    write_run(tmp_path / "run", rates, letters="ABBA")
+    manifest, frames = load_run(tmp_path / "run")
+    result = summarize({**manifest, "aa_check": aa_check}, frames)
+    assert result.headline_row.change.verdict == "slower"
+    said = [d for d in result.doubts if d.startswith("an A/A check")]
+    if aa_check:
+        (doubt,) = said
+        assert "read 'slower' on its headline: a false verdict" in doubt
+        assert "intervals at 95% give in up to 5% of A/A runs" in doubt and "0.999" in doubt
+    else:
+        assert said == []

@@ -16,12 +16,17 @@ from harness.analysis.compare import compare
 from harness.analysis.comparison import Comparison
 from harness.analysis.measurement import Measurement, measure
 from harness.analysis.sweep import Sweep, sweep
-from harness.analysis.verdict import Rule
+from harness.analysis.verdict import FASTER, SLOWER, Rule
 
 INCOMPLETE = "the run did not finish (interrupted or failed): partial data"
 CALL_CUT = (
     "the call that ran from block {} did not finish: its last block holds what it measured"
     " (bench run --continue added blocks after it)"
+)
+AA_VERDICT = (
+    "an A/A check (one code and settings in both arms) read '{}' on its headline: a false"
+    " verdict, which intervals at {:g}% give in up to {:g}% of A/A runs; a check that must not"
+    " see one runs at --confidence 0.99 or 0.999"
 )
 Summary = Comparison | Measurement | Sweep
 
@@ -48,6 +53,7 @@ def summarize(manifest: dict, frames: dict[str, pd.DataFrame]) -> Summary:
         )
     else:
         result = _comparison(manifest, frames)
+        result.doubts += _aa_verdict(manifest, result)
     result.doubts[:0] = left_out
     if manifest.get("budget_stop"):
         result.doubts.insert(0, manifest["budget_stop"])
@@ -57,6 +63,16 @@ def summarize(manifest: dict, frames: dict[str, pd.DataFrame]) -> Summary:
         if not call.get("complete", True):
             result.doubts.insert(0, CALL_CUT.format(call["first_block"]))
     return result
+
+
+def _aa_verdict(manifest: dict, result: Comparison) -> list[str]:
+    """An A/A check's headline verdict said for what it is (docs/STATISTICS.md, "The confidence
+    level")."""
+    row = result.headline_row
+    if not manifest.get("aa_check") or row is None or row.change.verdict not in (FASTER, SLOWER):
+        return []
+    level = result.rule.level * 100
+    return [AA_VERDICT.format(row.change.verdict, round(level, 4), round(100 - level, 4))]
 
 
 def _measurement(manifest: dict, frames: dict[str, pd.DataFrame]) -> Measurement:
