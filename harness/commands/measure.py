@@ -61,12 +61,7 @@ def main(
     try:
         resolved, arm = target_arm(target, scenario, size)
         engines = arm_scenarios([arm], resolved)
-        options = w.LoadOptions(
-            concurrency=concurrency, requests=requests, duration=duration, warmup=warmup,
-            request_rate=request_rate, burstiness=burstiness, input_len=input_len,
-            output_len=output_len, prompts=prompts, tokenizer=tokenizer, seed=seed, chat=chat,
-            header=tuple(header), goodput=goodput,
-        )  # fmt: skip
+        options = w.LoadOptions.given(locals())
         load = w.workload(resolved, vocab(resolved), options)
     except (ConfigError, BenchError) as exc:
         fail(str(exc))

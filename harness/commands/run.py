@@ -122,12 +122,7 @@ def main(
         resolved = load_scenario(scenario, size)
         arms = resolve_arms(arm)
         engines = arm_scenarios(arms, resolved)
-        options = w.LoadOptions(
-            concurrency=concurrency, requests=requests, duration=duration, warmup=warmup,
-            request_rate=request_rate, burstiness=burstiness, input_len=input_len,
-            output_len=output_len, prompts=prompts, tokenizer=tokenizer, seed=seed, chat=chat,
-            header=tuple(header),
-        )  # fmt: skip
+        options = w.LoadOptions.given(locals())
         load = w.workload(resolved, vocab(resolved), options)
         continued = s.continued_run(out, overwrite) if continue_run else None
     except (ConfigError, BenchError) as exc:

@@ -68,11 +68,7 @@ def main(
                 f"bench sweep draws tok/s curves; {resolved.name}'s load is {resolved.load.api}:"
                 " measure each load with bench measure"
             )
-        options = w.LoadOptions(
-            concurrency=concurrency, requests=requests, duration=duration, warmup=warmup,
-            burstiness=burstiness, input_len=input_len, output_len=output_len, prompts=prompts,
-            tokenizer=tokenizer, seed=seed, chat=chat, header=tuple(header), goodput=goodput,
-        )  # fmt: skip
+        options = w.LoadOptions.given(locals())
         # the run's concurrency is the most in flight at any point (the manifest's and the
         # checks'); each point's own load is in `points` below
         swept = {"concurrency": int(max(loads))} if axis == "concurrency" else {}

@@ -6,7 +6,7 @@ command: the three import it."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,6 +39,17 @@ class LoadOptions:
     chat: bool = False
     header: tuple[str, ...] = ()
     goodput: str | None = None
+
+    @classmethod
+    def given(cls, parameters: Mapping[str, object]) -> LoadOptions:
+        """The options among a command's parameters (its `locals()`, each option declared in
+        its signature under the field's name); a field the command does not declare keeps its
+        default. --header's list becomes a tuple."""
+        names = [f.name for f in dataclasses.fields(cls) if f.name in parameters]
+        given = {name: parameters[name] for name in names}
+        if "header" in given:
+            given["header"] = tuple(given["header"])
+        return cls(**given)
 
 
 @dataclass(frozen=True)
