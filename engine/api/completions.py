@@ -98,9 +98,8 @@ async def drained(queue: asyncio.Queue) -> list:
 
     Why: under load a reply's frames queue while the event loop serves the other replies; one
     write (one send) for all of them costs what one frame's did, where a write each made the
-    API server the limit (benchmarks/bench_api.py at -c 256 on 2 cores: 80-116k streamed tokens
-    a second, 148-182k with this; docs/BENCHMARKS.md). A reply that keeps up gets each frame as
-    it comes: one frame, one write."""
+    API server the limit past its ceiling (benchmarks/bench_api.py; docs/BENCHMARKS.md). A
+    reply that keeps up gets each frame as it comes: one frame, one write."""
     frames = [await queue.get()]
     while not queue.empty():
         frames.append(queue.get_nowait())

@@ -139,7 +139,7 @@ def _change(
 # A log-ratio bound past this reads as a ratio of e^700 (1e304) or its inverse: finite, so
 # summary.json stays JSON and the tables print ">+999%". A wide t (few degrees of freedom at a
 # high --confidence: t = 637 at 1 df and 99.9%) times a CPU run's spread reaches e^709, where
-# math.exp overflows (a tiny A/A continued to 2 A B blocks did).
+# math.exp overflows.
 LOG_BOUND = 700.0
 
 

@@ -16,7 +16,7 @@ from harness.analysis.compare import compare
 from harness.analysis.comparison import Comparison
 from harness.analysis.measurement import Measurement, measure
 from harness.analysis.sweep import Sweep, sweep
-from harness.analysis.verdict import FASTER, SLOWER, Rule
+from harness.analysis.verdict import FASTER, SLOWER, Rule, level_text
 
 INCOMPLETE = "the run did not finish (interrupted or failed): partial data"
 CALL_CUT = (
@@ -25,7 +25,7 @@ CALL_CUT = (
 )
 AA_VERDICT = (
     "an A/A check (one code and settings in both arms) read '{}' on its headline: a false"
-    " verdict, which intervals at {:g}% give in up to {:g}% of A/A runs; a check that must not"
+    " verdict, which intervals at {} give in up to {} of A/A runs; a check that must not"
     " see one runs at --confidence 0.99 or 0.999"
 )
 Summary = Comparison | Measurement | Sweep
@@ -71,8 +71,8 @@ def _aa_verdict(manifest: dict, result: Comparison) -> list[str]:
     row = result.headline_row
     if not manifest.get("aa_check") or row is None or row.change.verdict not in (FASTER, SLOWER):
         return []
-    level = result.rule.level * 100
-    return [AA_VERDICT.format(row.change.verdict, round(level, 4), round(100 - level, 4))]
+    level = result.rule.level
+    return [AA_VERDICT.format(row.change.verdict, level_text(level), level_text(1 - level))]
 
 
 def _measurement(manifest: dict, frames: dict[str, pd.DataFrame]) -> Measurement:

@@ -85,6 +85,15 @@ class Change:
     level: float = 0.95  # the confidence level of this interval
 
 
+def level_text(level: float) -> str:
+    """A confidence level (or an error rate) as a percentage with the digits it needs: 95%,
+    97.5%, 99.9%, 0.1%."""
+    for digits in range(4):
+        if abs(round(level * 100, digits) - level * 100) < 1e-9:
+            return f"{level * 100:.{digits}f}%"
+    return f"{level:.4%}"
+
+
 def worse_by(change: Change, higher_is_better: bool) -> float | None:
     """How much worse B is than A by the change's point estimate, as a fraction (0.03: 3%
     slower; negative where B is better); None without an estimate."""

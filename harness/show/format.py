@@ -10,7 +10,7 @@ from harness.analysis.block_model import MIN_BLOCKS
 from harness.analysis.comparison import Comparison
 from harness.analysis.phases import ALL_MESSAGES, POSTPROCESS_WORK
 from harness.analysis.stats import BETWEEN_RUNS
-from harness.analysis.verdict import ONE_BLOCK, Change
+from harness.analysis.verdict import ONE_BLOCK, Change, level_text
 
 MESSAGE_NOTE = (
     f"{ALL_MESSAGES} adds the messages the worker received; {', '.join(NOT_MESSAGES)} runs"
@@ -131,15 +131,6 @@ def phase_caption(c: Comparison) -> str:
         f" {c.family_rule.level:.2%} (Bonferroni over the {c.family} figures and phases besides"
         f" the headline and {POSTPROCESS_WORK})"
     )
-
-
-def level_text(level: float) -> str:
-    """A confidence level (or an error rate) as a percentage with the digits it needs: 95%,
-    97.5%, 99.9%, 0.1%."""
-    for digits in range(4):
-        if abs(round(level * 100, digits) - level * 100) < 1e-9:
-            return f"{level * 100:.{digits}f}%"
-    return f"{level:.4%}"
 
 
 def percent(value: float | None) -> str:

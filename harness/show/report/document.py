@@ -20,13 +20,19 @@ from harness.analysis.power_report import mismatch, rates_for
 from harness.analysis.power_stats import PLANTED, POWER
 from harness.analysis.schema import LETTERS
 from harness.analysis.stats import BETWEEN_RUNS
-from harness.analysis.verdict import FASTER, NO_CHANGE, NO_VERDICT, ONE_BLOCK, SLOWER
+from harness.analysis.verdict import (
+    FASTER,
+    NO_CHANGE,
+    NO_VERDICT,
+    ONE_BLOCK,
+    SLOWER,
+    level_text,
+)
 from harness.show.format import (
     MESSAGE_NOTE,
     bound_text,
     caption,
     exit_words,
-    level_text,
     number,
     phase_caption,
 )
