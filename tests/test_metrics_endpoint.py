@@ -9,7 +9,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from engine.api.metrics import ITL_S, EngineMetrics
-from engine.messages import WorkerStats
+from engine.api.worker_client import WorkerClient
+from engine.messages import AddRequest, StepFrames, TokenFrame, WorkerStats
 
 
 def samples(text: str) -> dict[tuple[str, tuple], float]:
@@ -64,6 +65,32 @@ def test_tallies_render_as_counters_histograms_and_the_pools_gauges(monkeypatch)
     # no pool (the worker did not answer): the API process's own metrics still render
     assert ("engine:num_requests_running", ()) not in samples(metrics.render(None, 0).decode())
     assert ITL_S == tuple(sorted(ITL_S))
+
+
+def test_frames_are_timed_as_the_worker_client_reads_them_not_as_a_handler_drains_them(
+    monkeypatch, tmp_path
+):
+    """Two steps' frames read 4 ms apart and drained together later (a handler behind, its
+    queue holding both): the inter-token latency is the 4 ms between the worker's messages,
+    not the ~0 between the handler's reads; a frame of no tokens (an end) is not a frame."""
+    clock = iter([1.0, 1.004])
+    monkeypatch.setattr("engine.api.metrics.perf_counter", lambda: next(clock))
+    metrics = EngineMetrics("m")
+    tally = metrics.request(prompt_tokens=4, arrival=0.9)
+    client = WorkerClient(str(tmp_path))
+    try:
+        rid, queue = client.submit(lambda rid: AddRequest(rid, [1, 2, 3, 4], 3), tally.frame)
+        client._route(StepFrames([TokenFrame(rid, [7])]))
+        client._route(StepFrames([TokenFrame(rid, [8, 9])]))
+        client._route(StepFrames([TokenFrame(rid, [], finish_reason="length")]))
+    finally:
+        client.close()
+    assert [queue.get_nowait().tokens for _ in range(3)] == [[7], [8, 9], []]
+    got = samples(metrics.render(None, 0).decode())
+    assert got[("engine:time_to_first_token_seconds_sum", ())] == pytest.approx(0.1)
+    assert got[("engine:inter_token_latency_seconds_count", ())] == 1
+    assert got[("engine:inter_token_latency_seconds_sum", ())] == pytest.approx(0.004)
+    assert got[("engine:generation_tokens_total", ())] == 3
 
 
 def _scrape(port: int) -> tuple[str, dict]:

@@ -45,8 +45,8 @@ async def _reply(
     if state["speech"] is not None:
         raise ApiError(404, f"{state['model']} speaks: its output is audio (/v1/audio/speech)")
     params = validate(await _json_body(request), limits)
-    rid, queue = _submit(client, state, params)
     tally = request.app[METRICS].request(len(params.prompt), arrival)
+    rid, queue = _submit(client, state, params, tally)
     reply = Reply.of(rid, state["model"], chat)
     done = False
     try:
@@ -123,7 +123,6 @@ class StreamEvents:
         events = []
         for frame in frames:
             if frame.tokens:
-                self.tally.frame(len(frame.tokens))
                 piece = "".join(self.text.step(t) for t in frame.tokens)
                 logprobs = _logprobs(frame.tokens, frame.logprobs, self.tokenizer)
                 first = not self.produced
@@ -153,8 +152,6 @@ async def _collect(
     logprobs: list[float] = []
     while True:
         frame = await queue.get()
-        if frame.tokens:
-            tally.frame(len(frame.tokens))
         tokens.extend(frame.tokens)
         logprobs.extend(frame.logprobs or [])
         if frame.finish_reason is not None:

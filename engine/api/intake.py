@@ -10,7 +10,7 @@ import json
 from aiohttp import web
 
 from engine.api.body import read_body
-from engine.api.metrics import EngineMetrics
+from engine.api.metrics import EngineMetrics, RequestTally
 from engine.api.validate import ApiError, CompletionParams, Limits
 from engine.api.worker_client import WorkerClient
 from engine.messages import AddRequest
@@ -27,9 +27,13 @@ def _limits(state: dict) -> Limits:
     return state["limits"]
 
 
-def _submit(client: WorkerClient, state: dict, params: CompletionParams):
-    """Send the request to the worker: its rid and the queue its frames arrive on."""
-    rid, queue = client.submit(lambda rid: _add_request(rid, params))
+def _submit(
+    client: WorkerClient, state: dict, params: CompletionParams, tally: RequestTally | None = None
+):
+    """Send the request to the worker: its rid and the queue its frames arrive on; `tally`
+    counts each frame of tokens as the worker's message is read (WorkerClient.submit)."""
+    on_tokens = tally.frame if tally is not None else None
+    rid, queue = client.submit(lambda rid: _add_request(rid, params), on_tokens)
     state["max_in_flight"] = max(state["max_in_flight"], client.in_flight)
     return rid, queue
 

@@ -42,6 +42,10 @@ log = logging.getLogger("engine.api")
 STATS_TIMEOUT_S = 10.0
 
 
+def _nothing(_tokens: int) -> None:
+    pass
+
+
 class WorkerUnavailable(RuntimeError):
     """The worker is gone or the server is stopping: nothing new is accepted."""
 
@@ -66,7 +70,8 @@ class WorkerClient:
         self.ready: asyncio.Future[Ready] | None = None
         self.lost: asyncio.Future[str] | None = None  # why the worker is gone, once it is
         self.unavailable: str | None = None  # why new requests are refused, once they are
-        self._streams: dict[int, asyncio.Queue[TokenFrame]] = {}
+        # rid -> (the queue its frames go to, called with a frame's token count as it comes)
+        self._streams: dict[int, tuple[asyncio.Queue[TokenFrame], Callable[[int], None]]] = {}
         # The worker answers GetStats in order: the oldest caller gets the next answer, and
         # one that gave up (cancelled) still takes its own answer out of the line.
         self._stats: deque[asyncio.Future[WorkerStats]] = deque()
@@ -100,9 +105,11 @@ class WorkerClient:
     def _route(self, msg: object) -> None:
         if isinstance(msg, StepFrames):
             for frame in msg.frames:
-                queue = self._streams.get(frame.rid)
-                if queue is not None:
-                    queue.put_nowait(frame)
+                stream = self._streams.get(frame.rid)
+                if stream is not None:
+                    if frame.tokens:  # its clock read now: a handler may drain frames late
+                        stream[1](len(frame.tokens))
+                    stream[0].put_nowait(frame)
             self._on_step(len(self._streams))
         elif isinstance(msg, WorkerStats):
             if self._stats:
@@ -157,7 +164,7 @@ class WorkerClient:
 
     def _refuse(self, reason: str, finish_reason: str, error: str | None = None) -> None:
         self.unavailable = self.unavailable or reason
-        for rid, queue in self._streams.items():
+        for rid, (queue, _) in self._streams.items():
             queue.put_nowait(TokenFrame(rid, [], finish_reason=finish_reason, error=error))
         while self._stats:
             future = self._stats.popleft()
@@ -168,13 +175,18 @@ class WorkerClient:
     def in_flight(self) -> int:
         return len(self._streams)
 
-    def submit(self, make: Callable[[int], AddRequest]) -> tuple[int, asyncio.Queue[TokenFrame]]:
-        """Send `make(rid)` (an AddRequest) and return the queue its frames arrive on."""
+    def submit(
+        self, make: Callable[[int], AddRequest], on_tokens: Callable[[int], None] | None = None
+    ) -> tuple[int, asyncio.Queue[TokenFrame]]:
+        """Send `make(rid)` (an AddRequest) and return the queue its frames arrive on;
+        `on_tokens(n)` is called for each frame of n tokens as it is read from the worker,
+        before the queue has it (metrics.RequestTally.frame: when the API server got the
+        tokens, whenever the reply's handler drains them)."""
         if self.unavailable:
             raise WorkerUnavailable(self.unavailable)
         rid = next(self._rids)
         queue: asyncio.Queue[TokenFrame] = asyncio.Queue()
-        self._streams[rid] = queue
+        self._streams[rid] = queue, on_tokens or _nothing
         self.to_worker.send(encode(make(rid)))
         return rid, queue
 
