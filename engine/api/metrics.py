@@ -3,14 +3,13 @@ vLLM's meaning under vLLM's name with our `engine:` prefix).
 
 The tallies are plain numbers kept by the API process as frames pass through it: a request's
 arrival, each of its frames as the worker's message is read (`RequestTally.frame`, called by
-WorkerClient's reader, not the reply's handler, which under load may drain several frames at
-once: a clock read, a bucket found by bisection and a few adds, no lock: the event loop is one
-thread), its end, and each message of frames
-from the worker (one per worker step that sent any). prometheus_client renders them only when
-/metrics is read, with the worker's pool (running, waiting, pages and slots) asked for then;
-nothing is pushed to the worker and nothing runs per token but those adds
-(benchmarks/bench_metrics.py measures a frame's cost against a prometheus_client counter's
-`inc`).
+WorkerClient's reader, not by the reply's handler, which under load may drain several frames
+at once: a clock read, a bucket found by bisection and a few adds, no lock: the event loop is
+one thread), its end, and each message of frames from the worker (one per worker step that
+sent any). prometheus_client renders them only when /metrics is read, with the worker's pool
+(running, waiting, pages and slots) asked for then; nothing is pushed to the worker and
+nothing runs per token but those adds (benchmarks/bench_metrics.py measures a frame's cost
+against a prometheus_client counter's `inc`).
 """
 
 from __future__ import annotations
