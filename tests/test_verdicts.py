@@ -82,16 +82,21 @@ def _run(tmp_path: Path, a: str, b: str, *extra: str, load: list[str] = LOAD):
 def test_a_3_percent_slowdown_is_slower_and_fails_the_run(mocks, tmp_path):
     """INVARIANTS 75: an interval that excludes 0 is a verdict however small; B's headline
     slower by at least --fail-at (1%) exits 1. Before significance came first this read "no
-    change" at a 5% margin and exited 0. With --blocks auto the first look (2 blocks, at the
-    alpha split over 3 looks) decides it, and no block is added."""
+    change" at a 5% margin and exited 0. With --blocks auto the run stops at the first look that
+    decides (2 blocks, at the alpha split over 3 looks; on a quiet machine that first look, but
+    a busy one, CI's 2 cores under the whole suite, once needed a third block), and says so
+    for each block it adds."""
     result, summary, change = _run(
         tmp_path, mocks["base"], mocks["slower3"], "--blocks", "auto", "--max-blocks", "4"
     )
     assert change["verdict"] == "slower", change
-    assert 0.95 < change["ratio"] < 0.99 and change["high"] < 1 and change["blocks"] == 2
+    assert 0.95 < change["ratio"] < 0.99 and change["high"] < 1
     assert result.exit_code == 1, result.output
     assert summary["regression"] and summary["slower_by"] >= 0.01
-    assert summary["rule"]["looks"] == 3 and "adding block" not in result.output
+    assert summary["rule"]["looks"] == 3
+    added = [f"adding block {n} (of at most 4)" for n in range(3, change["blocks"] + 1)]
+    text = " ".join(result.output.split())
+    assert all(line in text for line in added) and text.count("adding block") == len(added)
     assert "slower -" in result.output and "fails the run" in result.output
 
 
