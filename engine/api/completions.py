@@ -46,7 +46,7 @@ async def _reply(
         raise ApiError(404, f"{state['model']} speaks: its output is audio (/v1/audio/speech)")
     params = validate(await _json_body(request), limits)
     tally = request.app[METRICS].request(len(params.prompt), arrival)
-    rid, queue = _submit(client, state, params, tally)
+    rid, queue = _submit(client, state, params, tally.frame)
     reply = Reply.of(rid, state["model"], chat)
     done = False
     try:

@@ -6,11 +6,12 @@ read and parsed as JSON (anything else a 400), and the request submitted to the 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 from aiohttp import web
 
 from engine.api.body import read_body
-from engine.api.metrics import EngineMetrics, RequestTally
+from engine.api.metrics import EngineMetrics
 from engine.api.validate import ApiError, CompletionParams, Limits
 from engine.api.worker_client import WorkerClient
 from engine.messages import AddRequest
@@ -28,11 +29,12 @@ def _limits(state: dict) -> Limits:
 
 
 def _submit(
-    client: WorkerClient, state: dict, params: CompletionParams, tally: RequestTally | None = None
-):
-    """Send the request to the worker: its rid and the queue its frames arrive on; `tally`
-    counts each frame of tokens as the worker's message is read (WorkerClient.submit)."""
-    on_tokens = tally.frame if tally is not None else None
+    client: WorkerClient, state: dict, params: CompletionParams,
+    on_tokens: Callable[[int], None] | None = None,
+):  # fmt: skip
+    """Send the request to the worker: its rid and the queue its frames arrive on;
+    `on_tokens(n)` is called for each frame of n tokens as the worker's message is read
+    (WorkerClient.submit)."""
     rid, queue = client.submit(lambda rid: _add_request(rid, params), on_tokens)
     state["max_in_flight"] = max(state["max_in_flight"], client.in_flight)
     return rid, queue

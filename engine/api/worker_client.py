@@ -107,9 +107,10 @@ class WorkerClient:
             for frame in msg.frames:
                 stream = self._streams.get(frame.rid)
                 if stream is not None:
+                    queue, on_tokens = stream
                     if frame.tokens:  # its clock read now: a handler may drain frames late
-                        stream[1](len(frame.tokens))
-                    stream[0].put_nowait(frame)
+                        on_tokens(len(frame.tokens))
+                    queue.put_nowait(frame)
             self._on_step(len(self._streams))
         elif isinstance(msg, WorkerStats):
             if self._stats:
