@@ -61,7 +61,7 @@ def one(decode_attention: str, poisoned: bool = False) -> dict:
             AddRequest(rid, prompt, 16, ignore_eos=True, temperature=0), prompt
         ).handle = rid
     while any(not r.prefill_done for r in engine.requests.values()):
-        engine.step_finished(engine.launch(engine.scheduler.schedule()).to_host())
+        engine.run_step()
     rows = engine.scheduler.schedule()
     cache = engine.cache
     tensors = [*cache.k, *cache.v, *cache.conv_state, *cache.ssm_state]

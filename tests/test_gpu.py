@@ -297,7 +297,7 @@ def test_08b_decode_graph_replay_equals_eager_for_every_bucket(decode_attention)
         msg = AddRequest(rid, prompt, 16, ignore_eos=True, temperature=0)
         engine.add_request(msg, prompt).handle = rid
     while any(not r.prefill_done for r in engine.requests.values()):
-        engine.step_finished(engine.launch(engine.scheduler.schedule()).to_host())
+        engine.run_step()  # each prefill step waited for: `saved` below is their last state
     rows = engine.scheduler.schedule()
     assert len(rows) == 64 and all(r.walk == "decode" for r in rows)
     cache = engine.cache

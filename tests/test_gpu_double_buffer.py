@@ -17,6 +17,10 @@ import torch
 
 from engine.cache import CacheShapes, KVCache
 from engine.kernels.torch_ops import TORCH_OPS
+from engine.layers.sampler import SamplingParams
+from engine.worker.pending_step import PendingStep
+from engine.worker.request import Request
+from engine.worker.scheduler import ScheduledRow
 from engine.worker.step_inputs import StepInputs
 
 pytestmark = [pytest.mark.gpu, pytest.mark.gpu_quick]
@@ -73,6 +77,19 @@ def test_a_fence_that_waits_makes_one_host_buffer_deliver_each_steps_own():
     """`fences.wait` (engine.split_mixed's two stagings a step, engine/staging.py): staging
     waits for the buffer's last copy, so even one buffer delivers each step its own ids."""
     assert _seen_by_step(slots=1, wait=True) == [[100], [101], [102], [103]]
+
+
+def test_a_steps_host_copy_is_read_after_the_copy_held_back_by_queued_work():
+    """INVARIANTS 88: `PendingStep.to_host` called at once (no `wait` first, as the GPU tests
+    driving an engine by hand called it) still reads the step's tokens. A spin holds the
+    step's tokens, and their non-blocking copy to pinned memory, ~10 ms behind the host."""
+    request = Request(0, [1, 2], 8, True, SamplingParams(temperature=0), 0)
+    torch.cuda.synchronize()
+    for value in (123_457, 765_431):  # the second pinned block may be the first's, recycled
+        torch.cuda._sleep(int(2e7))
+        tokens = torch.full((1,), value, dtype=torch.int64, device="cuda")
+        pending = PendingStep([ScheduledRow(request, 1, "decode")], [0], tokens, None, {0: request})
+        assert pending.to_host().tokens.tolist() == [value]
 
 
 def test_flashinfers_prefill_plan_does_not_wait_for_queued_gpu_work():

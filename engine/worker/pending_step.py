@@ -1,6 +1,7 @@
 """A launched step (`PendingStep`): its rows, the device tensors it will produce, and the
 non-blocking copy of its tokens to pinned host memory, which the postprocess reads
-(`to_host`) once the step has finished.
+(`to_host`) once the step has finished. `to_host` waits for that copy itself: pinned memory
+read before the copy lands holds whatever the host allocator's block held last (INVARIANTS 88).
 """
 
 from __future__ import annotations
@@ -39,12 +40,16 @@ class PendingStep:
             self.done.record()
 
     def wait(self) -> None:
+        """Block until the step and its tokens' copy completed (at once once they have)."""
         if self.done is not None:
             self.done.synchronize()
+            self.done = None  # seen complete: later waits and queries ask the driver nothing
 
     def finished(self) -> bool:
         """Whether the step (and its tokens' copy) completed: the host may read it now."""
-        return self.done is None or self.done.query()
+        if self.done is not None and self.done.query():
+            self.done = None
+        return self.done is None
 
     def feed_index(self) -> dict[int, int]:
         """rid -> index of its token in `tokens`: where the next step reads a token the host
@@ -54,7 +59,9 @@ class PendingStep:
     def to_host(self) -> StepOutput:
         """The stop check's host copy (the postprocess's `prematerialize`). Rows whose request
         was removed after this step was launched (stopped by the previous step's postprocess,
-        or aborted) are dropped: they never reach the postprocess."""
+        or aborted) are dropped: they never reach the postprocess. Waits for the step first
+        (a no-op after `wait` or a `finished` that said yes)."""
+        self.wait()
         tokens = self.host_tokens if self.host_tokens is not None else self.tokens.cpu()
         logprobs = self.host_logprobs if self.host_logprobs is not None else self.logprobs
         keep = [
