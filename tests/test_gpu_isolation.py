@@ -31,6 +31,19 @@ def test_restore_puts_back_what_a_test_changed_and_names_it(monkeypatch):
     assert gpu_isolation.restore(before) == []
 
 
+def test_pytests_own_variable_is_no_change_of_the_environment(monkeypatch):
+    """PYTEST_CURRENT_TEST names the test's phase: it differs between the guard's snapshot (at
+    setup) and its restore (at teardown) in every test, and is pytest's to keep."""
+    monkeypatch.setenv("PYTEST_CURRENT_TEST", "tests/x.py::t (setup)")
+    before = gpu_isolation.snapshot()
+    monkeypatch.setenv("PYTEST_CURRENT_TEST", "tests/x.py::t (teardown)")
+    assert gpu_isolation.restore(before) == []
+    os.environ["GPU_ISOLATION_PROBE"] = "1"
+    assert gpu_isolation.restore(before) == ["environment"]
+    assert "GPU_ISOLATION_PROBE" not in os.environ
+    assert os.environ["PYTEST_CURRENT_TEST"] == "tests/x.py::t (teardown)"
+
+
 def test_a_cached_random_model_is_an_equal_independent_copy():
     models = gpu_isolation.RandomModels(on=lambda device: True)  # the CPU too, for this test
     models.install()
