@@ -40,7 +40,7 @@ class PendingStep:
             self.done.record()
 
     def wait(self) -> None:
-        """Block until the step and its tokens' copy completed (at once once they have)."""
+        """Block until the step and its tokens' copy completed (at once when seen complete before)."""
         if self.done is not None:
             self.done.synchronize()
             self.done = None  # seen complete: later waits and queries ask the driver nothing
