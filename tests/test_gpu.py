@@ -302,6 +302,7 @@ def test_08b_decode_graph_replay_equals_eager_for_every_bucket(decode_attention)
     assert len(rows) == 64 and all(r.walk == "decode" for r in rows)
     cache = engine.cache
     tensors = [*cache.k, *cache.v, *cache.conv_state, *cache.ssm_state]
+    torch.cuda.synchronize()  # every stream idle (the prefill lane's too) before the snapshot
     saved = [t.clone() for t in tensors]
     for count in (1, 3, 8, 20, 33, 64):
         _restore(tensors, saved)
