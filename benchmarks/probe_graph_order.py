@@ -65,6 +65,7 @@ def one(decode_attention: str, poisoned: bool = False) -> dict:
     rows = engine.scheduler.schedule()
     cache = engine.cache
     tensors = [*cache.k, *cache.v, *cache.conv_state, *cache.ssm_state]
+    torch.cuda.synchronize()  # every stream idle (the prefill lane's too) before the snapshot
     saved = [t.clone() for t in tensors]
     out = {"state": [t.float().norm().item() for t in cache.ssm_state[:2]]}
     for count in COUNTS:
