@@ -26,7 +26,7 @@ class PendingStep:
     tokens: torch.Tensor  # device [S]
     logprobs: torch.Tensor | None  # device [S] when any sampled row asked for log-probs
     requests: dict[int, Request]  # the engine's live requests, to drop rows removed since
-    done: torch.cuda.Event | None = None
+    done: torch.cuda.Event | None = None  # None: no copy (a CPU), or the step seen complete
     host_tokens: torch.Tensor | None = None  # pinned, valid once `done` has fired
     host_logprobs: torch.Tensor | None = None
 
