@@ -125,6 +125,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(  # engine.dense_kernel: the dense projections on cuBLAS or ours
         "--dense-kernel", default="torch", choices=list(DENSE_KERNELS)
     )
+    parser.add_argument(  # engine.dense_epilogues: on ours, SiLU-mul and the split's sum fused
+        "--dense-epilogues", action=argparse.BooleanOptionalAction, default=True
+    )
     parser.add_argument(
         "--state-dtype", default="float32", choices=["float32", "bfloat16", "float16"]
     )
@@ -167,7 +170,7 @@ def main(argv: list[str] | None = None) -> None:
         gdn_prefill=args.gdn_prefill, gdn_split=args.gdn_split,
         decode_tensor_cores=args.decode_tensor_cores, decode_attention=args.decode_attention,
         state_dtype=args.state_dtype, dense_kernel=args.dense_kernel,
-        triton_launch=args.triton_launch, masked_head=args.masked_head, pdl=args.pdl,
+        dense_epilogues=args.dense_epilogues, triton_launch=args.triton_launch, masked_head=args.masked_head, pdl=args.pdl,
         gdn_decode=args.gdn_decode,
         max_rows=args.batch + max((int(p.split("x")[0]) for p in args.prefill), default=0),
     )  # fmt: skip
@@ -183,7 +186,7 @@ def main(argv: list[str] | None = None) -> None:
         f"decode step, size {scenario.size}, batch {args.batch}, context {args.context}, "
         f"kernels {engine.ops.name}, graphs {engine.graphs is not None}, decode tensor cores "
         f"{args.decode_tensor_cores}, decode attention {args.decode_attention}, state "
-        f"{args.state_dtype}, dense {args.dense_kernel}, triton launch {args.triton_launch}, "
+        f"{args.state_dtype}, dense {args.dense_kernel} (epilogues {args.dense_epilogues}), triton launch {args.triton_launch}, "
         f"pdl {args.pdl}, gdn decode {args.gdn_decode}, masked head {engine.first_logit > 0}: "
         f"{stats.render(decode)} over "
         f"{decode.n} steps = {args.batch / decode.median * 1e3:,.0f} tok/s{_mask_note(engine)}"
@@ -235,7 +238,7 @@ def main(argv: list[str] | None = None) -> None:
         times = _replay_times(engine, args.replays, args.profile and f"{args.profile}.replays")
         print(
             f"decode graph replay, batch {args.batch}, pdl {args.pdl}, dense "
-            f"{args.dense_kernel}, gdn decode {args.gdn_decode}: "
+            f"{args.dense_kernel} (epilogues {args.dense_epilogues}), gdn decode {args.gdn_decode}: "
             f"{np.median(times) * 1e3:.1f} us a replay (runs "
             f"{', '.join(f'{t * 1e3:.1f}' for t in times)}; {args.replays} back to back each)"
         )

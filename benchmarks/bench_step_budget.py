@@ -41,11 +41,15 @@ from benchmarks.options import positive_int
 PEAK_GBS = 4800.0  # the H200's HBM3e, GB/s
 CLASSES: tuple[tuple[str, str], ...] = (  # class, pattern over a kernel's (or op's) name
     ("gdn", r"recurren|gdn|gated_delta|delta_rule|chunk_"),
+    ("conv", r"conv"),  # before attention: Gated DeltaNet's `_conv_decode_kernel`
     ("attention", r"attention|attn|batchdecode|flashinfer|paged|decode_kernel"),
-    ("conv", r"conv"),
     ("sampler", r"argmax|sampl|topk|softmax|logsumexp"),
     ("norm", r"norm|rms"),
-    ("gemm", r"gemm|matmul|\bmm\b|aten::mm|addmm|linear|cublas|cutlass|xmma|nvjet|sm90|splitk"),
+    (
+        "gemm",
+        r"gemm|matmul|\bmm\b|aten::mm|addmm|linear|cublas|cutlass|xmma|nvjet|sm90|splitk|"
+        r"split_sum",
+    ),  # fmt: skip
 )
 
 

@@ -34,7 +34,8 @@ def test_overrides_are_typed():
     text = "engine.gdn_split=states_bv=32,outputs_bv=64,engine.mixing=true"
     s = load_scenario("qwen35", "tiny", parse_overrides(text))  # a split config's commas
     assert (s.engine.gdn_split, s.engine.mixing) == ("states_bv=32,outputs_bv=64", True)
-    assert load_scenario("qwen35", "0.8b").engine.dense_kernel == "torch"  # until measured
+    served = load_scenario("qwen35", "0.8b").engine  # ours up to 64 rows (docs/evidence/dense)
+    assert (served.dense_kernel, served.dense_rows, served.dense_epilogues) == ("triton", 64, True)
     assert load_scenario("qwen35", "0.8b").engine.gdn_decode == "grid"  # until measured
     s = load_scenario("qwen35", "0.8b", parse_overrides("engine.gdn_decode=pipelined"))
     assert s.to_dict()["engine"]["gdn_decode"] == "pipelined"  # an arm's manifest
@@ -81,6 +82,7 @@ def test_overrides_are_typed():
     ("qwen35", "tiny", "engine.gdn_split=chunk=32,warps=8", "unknown split config field 'warps'"),
     ("qwen35", "tiny", "engine.dense_kernel=cublas",
      "engine.dense_kernel must be one of torch, triton, head, got 'cublas'"),
+    ("qwen35", "tiny", "engine.dense_rows=129", "engine.dense_rows must be 1 to 128, got 129"),
     ("qwen35", "0.8b", "engine.piecewise_graphs=false",
      "set engine.piecewise_gdn=false with engine.piecewise_graphs=false"),
     ("qwen35", "0.8b", "engine.gdn_decode=persistent",

@@ -189,6 +189,22 @@ def test_08b_engine_with_pdl_emits_the_plain_launches_tokens(dense_kernel):
     assert pdl == plain
 
 
+def test_08b_engine_with_gemm_epilogues_emits_the_unfused_tokens():
+    """engine.dense_epilogues on the GPU: 0.8b in bf16 on our GEMM (dense_kernel triton),
+    prompts arriving a step apart (prefill steps on torch's GEMM past 128 tokens, mixed and
+    decode steps on ours; decode and piecewise graphs), the overlapped loop: SiLU-mul in the
+    GEMM's epilogue and the output projections' partials summed by the norms emit exactly the
+    unfused kernels' tokens (the same sums, rounded where they round)."""
+    prompts = [
+        [(13 * i + j) % 240000 + 1 for j in range(n)] for i, n in enumerate([5, 40, 300, 700])
+    ]
+    run = partial(greedy_on, "cuda", "bfloat16", "0.8b", prompts, 24, stagger=True,
+                  mixing=True, overlap=True, dense_kernel="triton")  # fmt: skip
+    fused, _ = run(dense_epilogues=True)
+    unfused, _ = run(dense_epilogues=False)
+    assert fused == unfused
+
+
 def test_08b_engine_on_the_pipelined_decode_recurrence_emits_the_grids_tokens():
     """engine.gdn_decode pipelined on the GPU: 0.8b in bf16, prompts arriving a step apart
     (prefill, mixed steps whose leading decode rows take it, decode steps on the graphs), the

@@ -84,6 +84,7 @@ def test_a_steps_host_copy_is_read_after_the_copy_held_back_by_queued_work():
     driving an engine by hand called it) still reads the step's tokens. A spin holds the
     step's tokens, and their non-blocking copy to pinned memory, ~10 ms behind the host."""
     request = Request(0, [1, 2], 8, True, SamplingParams(temperature=0), 0)
+    request.handle = 0  # the runtime handle a worker sets
     torch.cuda.synchronize()
     for value in (123_457, 765_431):  # the second pinned block may be the first's, recycled
         torch.cuda._sleep(int(2e7))

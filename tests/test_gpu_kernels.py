@@ -509,6 +509,36 @@ def test_skinny_gemm_equals_fp32_math_at_every_real_shape(model, rows):
         del w, want, got
 
 
+@pytest.mark.parametrize("rows", [1, 64, 128])
+@pytest.mark.parametrize("model", ["0.8b", "3b"])
+def test_gemm_epilogues_equal_the_unfused_kernels(model, rows):
+    """engine.dense_epilogues at the real shapes: gate|up with SiLU-mul in the GEMM's epilogue
+    (in its split sum at 128 rows) stores what silu_mul of the plain product does, and an
+    output projection's partials summed by the residual norm give the plain sum's normed
+    output and residual, bit for bit (the same fp32 sums in the same order, rounded where the
+    unfused kernels round)."""
+    from engine.kernels import triton_gemm
+
+    gen = torch.Generator(device=CUDA).manual_seed(rows)
+    shapes = triton_gemm.SHAPES[model]
+    outs = [name for name in ("out_proj", "o_proj", "down_proj") if name in shapes]
+    for name in ("mlp_gate_up", *outs):
+        n, k = shapes[name]
+        x = torch.randn(rows, k, device=CUDA, generator=gen).bfloat16()
+        w = (torch.randn(n, k, device=CUDA, generator=gen) / k**0.5).bfloat16()
+        if name == "mlp_gate_up":
+            fused = triton_gemm.skinny_linear(x, w, silu_mul=True)
+            assert torch.equal(fused, triton_norms.silu_mul(triton_gemm.skinny_linear(x, w)))
+            continue
+        residual = torch.randn(rows, n, device=CUDA, generator=gen).bfloat16()
+        scale = 1 + 0.1 * torch.randn(n, device=CUDA, generator=gen)
+        product = triton_gemm.skinny_linear(x, w, partials=True)
+        assert isinstance(product, triton_gemm.Partials) == (triton_gemm.plan(rows, n, k).split > 1)
+        got = triton_norms.rms_norm(product, scale, 1e-6, residual)
+        want = triton_norms.rms_norm(triton_gemm.skinny_linear(x, w), scale, 1e-6, residual)
+        assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True)), (name, rows)
+
+
 def test_skinny_gemm_replays_in_a_cuda_graph():
     """Captured once (its split launch too: 0.8b's down_proj at 64 rows), replayed on new
     inputs: the same output as an eager call on them."""

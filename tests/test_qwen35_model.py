@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 from types import SimpleNamespace
@@ -118,7 +119,7 @@ class _ModuleCalls(TorchOps):
     """The reference ops as the layers ran before `ops.linear`: each out_proj, o_proj and
     down_proj the Linear's own call, the LM head F.linear on its weight."""
 
-    def linear(self, layer, x):
+    def linear(self, layer, x, to_norm=False):
         return layer(x) if isinstance(layer, torch.nn.Linear) else F.linear(x, layer.weight)
 
 
@@ -335,6 +336,40 @@ def test_dense_kernel_head_puts_the_lm_head_alone_on_ours(tiny, monkeypatch):
     ops.linear(tiny.head, h)
     ops.linear(tiny.model.layers[0].mlp.down_proj, torch.randn(3, tiny.config.intermediate_size))
     assert asked == [True, False]
+
+
+def test_dense_rows_bounds_the_steps_our_gemm_and_its_epilogues_take(tiny, monkeypatch):
+    """engine.dense_rows with dense_kernel triton: a product of up to that many rows on ours
+    (the MLP's with SiLU-mul fused, an output projection's as partials for its norm, with
+    dense_epilogues), more rows on torch's; dense_epilogues off: ours, unfused."""
+    triton_gemm = pytest.importorskip("engine.kernels.triton_gemm")
+    from engine.kernels import cuda_ops
+    from engine.kernels.cuda_ops import CudaOps
+
+    calls = []
+
+    def ours(x, weight, **fused):
+        calls.append((x.shape[0], sorted(k for k, on in fused.items() if on)))
+        return torch.zeros(x.shape[0], weight.shape[0] // (1 + bool(fused.get("silu_mul"))))
+
+    monkeypatch.setattr(triton_gemm, "skinny_linear", ours)
+    from engine.kernels import triton_norms  # the unfused SiLU-mul: not run on a CPU tensor
+
+    monkeypatch.setattr(triton_norms, "silu_mul", lambda x: x[:, : x.shape[1] // 2])
+    monkeypatch.setattr(cuda_ops, "FlashInferAttention", lambda *args, **kw: None)  # bf16
+    model = copy.deepcopy(tiny).to(torch.bfloat16)
+    mlp, hidden = model.model.layers[0].mlp, model.config.hidden_size
+    for epilogues in (True, False):
+        config = KernelsConfig(dense_kernel="triton", dense_rows=64, dense_epilogues=epilogues)
+        ops = CudaOps(model, torch.device("cpu"), 4, config=config)
+        for rows in (64, 65):
+            x = torch.zeros(rows, hidden, dtype=torch.bfloat16)
+            calls.clear()
+            ops.swiglu(x, mlp.gate_proj, mlp.up_proj)
+            ops.linear(mlp.down_proj, torch.zeros(rows, mlp.down_proj.in_features).bfloat16(),
+                       to_norm=True)  # fmt: skip
+            fused = [["silu_mul"], ["partials"]] if epilogues else [[], []]
+            assert calls == ([(64, fused[0]), (64, fused[1])] if rows == 64 else []), calls
 
 
 @pytest.mark.parametrize("setting", ["grid", "pipelined"])

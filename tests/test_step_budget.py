@@ -21,6 +21,10 @@ from benchmarks import bench_step_budget as sb
         ("_recurrent_decode_kernel", "gdn"),
         ("BatchDecodeWithPagedKVCacheKernel", "attention"),
         ("_causal_conv1d_update", "conv"),
+        ("_conv_decode_kernel", "conv"),  # not attention's `decode_kernel`
+        ("_decode_kernel", "attention"),
+        ("_skinny_gemm_kernel", "gemm"),
+        ("_split_sum_kernel", "gemm"),  # our GEMM's K-split sum
         ("_rmsnorm_gated_kernel", "norm"),
         ("_argmax_rows", "sampler"),
         ("elementwise_kernel<128, 4>", "other"),

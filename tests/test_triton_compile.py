@@ -78,6 +78,7 @@ def test_skinny_gemm_compiles_for_sm90_at_every_real_shape():
     assert {launch.kernel.fn.__name__ for launch in launches} == {
         "_skinny_gemm_kernel",
         "_split_sum_kernel",
+        "_rms_norm_kernel",  # summing an output projection's partials (dense_epilogues)
     }
     distinct = {launch.variant: launch for launch in launches}
     for launch in distinct.values():
@@ -95,6 +96,10 @@ def test_skinny_gemm_compiles_for_sm90_at_every_real_shape():
     assert by_shape[(64, 1024, 3584)] == (16, 7)
     assert by_shape[(64, 248_320, 1024)] == (1940, 1)
     assert by_shape[(64, 8224, 1024)] == (129, 1)
+    assert by_shape[(64, 3584, 1024)] == (112, 1)  # gate|up with SiLU-mul: 32 of each a tile
+    fused = [g for g in gemms if g.constexprs.get("SILU_MUL")]
+    assert len(fused) == 2 * 2 * len(offline.GEMM_ROWS)  # 0.8b and 3b, bf16 and fp16
+    assert any(g.constexprs.get("PARTIAL") for g in fused)  # 128 rows: split, sum fused
 
 
 def test_decode_attention_compiles_for_sm90_under_every_launch_the_sweep_tries():
@@ -170,7 +175,10 @@ def test_pdl_kernels_wait_before_anything_else_and_plain_ones_are_unchanged():
     launches = offline.record_launches(torch.bfloat16) + offline.record_decode_launches()
     rows = {"_skinny_gemm_kernel": 3, "_split_sum_kernel": 2}  # M's place in the arguments
     gemms = offline.record_gemm_launches()  # at 64 rows: the decode step measured
-    launches += [g for g in gemms if g.args[rows[g.kernel.fn.__name__]] == 64]
+    launches += [
+        g for g in gemms  # and the norm summing a split's partials: a program a row
+        if (g.args[rows[g.kernel.fn.__name__]] if g.kernel.fn.__name__ in rows else g.grid[0]) == 64
+    ]  # fmt: skip
     with_param = {
         launch.kernel.fn.__name__ for launch in launches
         if "PDL" in [p.name for p in launch.kernel.params]

@@ -14,6 +14,7 @@ GDN_DECODES = ("grid", "pipelined")  # engine.gdn_decode
 DECODE_ATTENTIONS = ("flashinfer", "triton")  # engine.decode_attention
 DENSE_KERNELS = ("torch", "triton", "head")  # engine.dense_kernel
 TRITON_LAUNCHES = ("jit", "bound")  # engine.triton_launch
+DENSE_MAX_ROWS = 128  # the most rows our dense GEMM takes (engine/kernels/triton_gemm.py)
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,16 @@ class KernelsConfig:
     # the weight streamed once; more rows, and fp32, stay on torch's) or "head" (ours for the
     # LM head alone, the one shape where the H200 measured it ahead). Ignored by the reference.
     dense_kernel: str = setting("torch", "the GEMM of a step's dense projections")
+    # Ours takes steps of up to this many rows (at most DENSE_MAX_ROWS), torch's GEMM more:
+    # measured level or ahead of cuBLAS at 1-64 rows, behind at 128 (docs/KERNELS.md).
+    dense_rows: int = setting(DENSE_MAX_ROWS, "our GEMM's most rows a step (dense_kernel triton)")
+    # Where our GEMM runs a product (dense_kernel triton): the MLP's SiLU-and-multiply in its
+    # epilogue (gate and up rows in one program), and an output projection's K-split partials
+    # summed by the norm that reads them (engine/kernels/triton_gemm.py): two launches fewer a
+    # layer, the same bits as the unfused kernels.
+    dense_epilogues: bool = setting(
+        True, "fuse SiLU-mul and the K split's sum into our GEMM's neighbours"
+    )
     # "jit" (Triton's own launch, which finds the compiled kernel on every call) or "bound"
     # (the compiled kernel kept per call signature, its launcher called directly: less host
     # time a launch). One setting per worker process; "jit" until measured on a GPU.
@@ -83,4 +94,8 @@ class KernelsConfig:
         check_one_of("engine.gdn_decode", self.gdn_decode, GDN_DECODES)
         check_one_of("engine.decode_attention", self.decode_attention, DECODE_ATTENTIONS)
         check_one_of("engine.dense_kernel", self.dense_kernel, DENSE_KERNELS)
+        if not 1 <= self.dense_rows <= DENSE_MAX_ROWS:
+            raise ConfigError(
+                f"engine.dense_rows must be 1 to {DENSE_MAX_ROWS}, got {self.dense_rows!r}"
+            )
         check_one_of("engine.triton_launch", self.triton_launch, TRITON_LAUNCHES)

@@ -77,6 +77,8 @@ class CudaOps:
         # engine.gdn_decode pipelined: decode rows' recurrence on the persistent kernel
         self.pipelined_decode = config.gdn_decode == "pipelined"
         self.dense_kernel = config.dense_kernel  # "torch", "triton" or "head"
+        self.dense_rows = config.dense_rows  # ours for steps of up to this many rows
+        self.dense_epilogues = config.dense_epilogues  # on our GEMM: SiLU-mul, the split's sum
         # the cached path's LM head (tied: the embeddings; restricted: some of their rows)
         self.head = getattr(model, "step_head", None)
         self.gdn_prefill = config.gdn_prefill
@@ -134,16 +136,26 @@ class CudaOps:
     def _dense(self, x: torch.Tensor, weight: torch.Tensor, head: bool = False) -> torch.Tensor:
         """x [T, K] @ weight[N, K]^T on `dense_kernel`'s GEMM (torch's past our row bound);
         `head`: the product is the LM head's."""
-        if triton_gemm.takes(self.dense_kernel, head, x):
+        if self._ours(x, head):
             return triton_gemm.skinny_linear(x, weight)
         return torch.nn.functional.linear(x, weight)
+
+    def _ours(self, x: torch.Tensor, head: bool = False) -> bool:
+        """Whether our GEMM computes x's product (`dense_kernel`, `dense_rows`)."""
+        return x.shape[0] <= self.dense_rows and triton_gemm.takes(self.dense_kernel, head, x)
 
     def project(self, x: torch.Tensor, linears) -> list[torch.Tensor]:
         weight, sizes = self.packed[linears]
         return list(self._dense(x, weight).split(sizes, dim=-1))
 
-    def linear(self, layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
-        return self._dense(x, layer.weight, head=layer is self.head)
+    def linear(self, layer: nn.Module, x: torch.Tensor, to_norm: bool = False):
+        """x @ layer.weight^T. `to_norm`: the product's only reader is the next `norm`, so with
+        `dense_epilogues` a split product of our GEMM comes back unsummed
+        (triton_gemm.Partials) and that norm sums it."""
+        head = layer is self.head
+        if to_norm and self.dense_epilogues and self._ours(x, head):
+            return triton_gemm.skinny_linear(x, layer.weight, partials=True)
+        return self._dense(x, layer.weight, head=head)
 
     def norm(self, x, norm: RMSNorm, residual=None):
         return triton_norms.rms_norm(x, self.weights[norm], norm.eps, residual)
@@ -215,6 +227,8 @@ class CudaOps:
 
     def swiglu(self, x, gate: nn.Linear, up: nn.Linear) -> torch.Tensor:
         weight, _ = self.packed[(gate, up)]
+        if self.dense_epilogues and self._ours(x):
+            return triton_gemm.skinny_linear(x, weight, silu_mul=True)
         return triton_norms.silu_mul(self._dense(x, weight))
 
     sample = staticmethod(sample_on_gpu)

@@ -178,16 +178,24 @@ GEMM_ROWS = (1, 16, 64, triton_gemm.MAX_ROWS)
 
 def record_gemm_launches(dtype: torch.dtype = torch.bfloat16) -> list[Launch]:
     """The skinny GEMM's launches at every shape of triton_gemm.SHAPES for every row count of
-    GEMM_ROWS, as `skinny_linear` plans them. The weight is one row broadcast ([N, K], stride 0
-    along N: nothing of an LM head's 500 MB allocated); its compile is the same (a stride of 0
-    divides by 16 as 1024 does)."""
+    GEMM_ROWS, as `skinny_linear` plans them, and as `engine.dense_epilogues` runs them: the
+    MLP's gate|up with SiLU-mul fused, the output projections' partials summed by the norm.
+    The weight is one row broadcast ([N, K], stride 0 along N: nothing of an LM head's 500 MB
+    allocated); its compile is the same (a stride of 0 divides by 16 as 1024 does)."""
     launches: list = []
     with recording(launches):
         for shapes in triton_gemm.SHAPES.values():
-            for n, k in shapes.values():
+            for name, (n, k) in shapes.items():
                 weight = torch.zeros(1, k, dtype=dtype).expand(n, k)
                 for m in GEMM_ROWS:
-                    triton_gemm.skinny_linear(torch.zeros(m, k, dtype=dtype), weight)
+                    x = torch.zeros(m, k, dtype=dtype)
+                    triton_gemm.skinny_linear(x, weight)
+                    if name == "mlp_gate_up":
+                        triton_gemm.skinny_linear(x, weight, silu_mul=True)
+                    elif name in ("out_proj", "o_proj"):
+                        product = triton_gemm.skinny_linear(x, weight, partials=True)
+                        norm = torch.zeros(n, dtype=torch.float32)
+                        triton_norms.rms_norm(product, norm, 1e-6, torch.zeros(m, n, dtype=dtype))
     return launches
 
 

@@ -30,8 +30,9 @@ class TorchOps:
     def project(self, x: torch.Tensor, linears: tuple[nn.Linear, ...]) -> list[torch.Tensor]:
         return [F.linear(x, linear.weight) for linear in linears]
 
-    def linear(self, layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
-        """x @ layer.weight^T: a bias-free Linear, or a tied LM head's embedding."""
+    def linear(self, layer: nn.Module, x: torch.Tensor, to_norm: bool = False) -> torch.Tensor:
+        """x @ layer.weight^T: a bias-free Linear, or a tied LM head's embedding. `to_norm`
+        (the product's only reader is the next `norm`) changes nothing here."""
         return F.linear(x, layer.weight)
 
     def norm(

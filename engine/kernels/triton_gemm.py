@@ -60,11 +60,12 @@ import torch
 import triton
 import triton.language as tl
 
+from engine.config.kernels import DENSE_MAX_ROWS
 from engine.kernels import SMS
 from engine.kernels.triton_launch import bound
 from engine.kernels.triton_pdl import pdl_start
 
-MAX_ROWS = 128  # callers run torch's GEMM above this many rows (prefill steps)
+MAX_ROWS = DENSE_MAX_ROWS  # callers run torch's GEMM above this many rows (prefill steps)
 MAX_SPLIT = 8  # partials of at most 8 x M x N fp32 (2 MB at M = 64, N = 1024)
 DTYPES = (torch.bfloat16, torch.float16)
 LINE = 64  # 16-bit values in a 128-byte line
@@ -130,35 +131,59 @@ def plan(m: int, n: int, k: int, split: int | None = None) -> GemmPlan:
 def _skinny_gemm_kernel(
     X, W, OUT, M, N, K, stride_xm, stride_wn, stride_om, K_PER_SPLIT,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
-    LINES: tl.constexpr = 1, PDL: tl.constexpr = False,
+    LINES: tl.constexpr = 1, SILU_MUL: tl.constexpr = False, PARTIAL: tl.constexpr = False,
+    PDL: tl.constexpr = False,
 ):  # fmt: skip
-    """Program (n tile, split): its rows of the tile, fp32 over its K-slice. Without a split it
-    stores in OUT's dtype; with one, fp32 partials at OUT + split * M * N (rows M, stride N).
-    With PDL, first LINES lines of each of its weight rows asked of L2 (`_prefetch_l2`)."""
+    """Program (n tile, split): its rows of the tile, fp32 over its K-slice. Without a split
+    (PARTIAL off) it stores in OUT's dtype; with one, fp32 partials at OUT + split * M *
+    stride_om. With SILU_MUL, W is [gate; up] ([2N, K]) and a tile is BLOCK_N of gate's rows
+    and the same of up's: stored as silu(gate) * up [M, N] rounded as `silu_mul`, or as
+    partials [M, 2N] (gate's, then up's). With PDL, first LINES lines of each of its weight
+    rows asked of L2 (`_prefetch_l2`)."""
     pid_n, split = tl.program_id(0), tl.program_id(1)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     if PDL:  # the weight: no earlier kernel writes it, so before the wait
-        _prefetch_l2(W, pid_n * BLOCK_N + tl.arange(0, BLOCK_N), split * K_PER_SPLIT, N, K,
-                     stride_wn, LINES)  # fmt: skip
+        _prefetch_l2(W, cols, split * K_PER_SPLIT, N, K, stride_wn, LINES)
+        if SILU_MUL:
+            _prefetch_l2(W + N * stride_wn, cols, split * K_PER_SPLIT, N, K, stride_wn, LINES)
     pdl_start(PDL)
     rows = tl.arange(0, BLOCK_M)
-    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     ks = tl.arange(0, BLOCK_K)
     x_ptrs = X + rows[:, None] * stride_xm + ks[None, :]
     w_ptrs = W + cols[:, None].to(tl.int64) * stride_wn + ks[None, :]  # an LM head: 482M elems
+    up_ptrs = w_ptrs + N * stride_wn  # SILU_MUL: up's rows, N below gate's
     row_ok, col_ok = rows[:, None] < M, cols[:, None] < N
     acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)  # out^T: the weight's rows lead
+    acc_up = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
     start = split * K_PER_SPLIT
     for k in range(start, tl.minimum(start + K_PER_SPLIT, K), BLOCK_K):
         if EVEN_K:
-            x = tl.load(x_ptrs + k, mask=row_ok, other=0.0)
-            w = tl.load(w_ptrs + k, mask=col_ok, other=0.0)
+            x_ok, w_ok = row_ok, col_ok
         else:
             k_ok = (k + ks[None, :]) < K
-            x = tl.load(x_ptrs + k, mask=row_ok & k_ok, other=0.0)
-            w = tl.load(w_ptrs + k, mask=col_ok & k_ok, other=0.0)
-        acc += tl.dot(w, tl.trans(x))
-    out = OUT + split * M * N + rows[None, :] * stride_om + cols[:, None]
-    tl.store(out, acc.to(OUT.dtype.element_ty), mask=(rows[None, :] < M) & col_ok)
+            x_ok, w_ok = row_ok & k_ok, col_ok & k_ok
+        x = tl.trans(tl.load(x_ptrs + k, mask=x_ok, other=0.0))
+        acc += tl.dot(tl.load(w_ptrs + k, mask=w_ok, other=0.0), x)
+        if SILU_MUL:
+            acc_up += tl.dot(tl.load(up_ptrs + k, mask=w_ok, other=0.0), x)
+    out = OUT + split * M * stride_om + rows[None, :] * stride_om + cols[:, None]
+    mask = (rows[None, :] < M) & col_ok
+    if SILU_MUL and not PARTIAL:
+        tl.store(out, _silu_mul(acc, acc_up, OUT.dtype.element_ty), mask=mask)
+    else:
+        tl.store(out, acc.to(OUT.dtype.element_ty), mask=mask)
+        if SILU_MUL:
+            tl.store(out + N, acc_up.to(OUT.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _silu_mul(gate, up, DTYPE: tl.constexpr):
+    """silu(gate) * up in DTYPE from fp32 sums, rounded where the unfused pair rounds: each
+    product to DTYPE (the GEMM's output), silu to DTYPE, the product once
+    (triton_norms._silu_mul_kernel)."""
+    gate = gate.to(DTYPE).to(tl.float32)
+    act = (gate / (1.0 + tl.exp(-gate))).to(DTYPE).to(tl.float32)
+    return (act * up.to(DTYPE).to(tl.float32)).to(DTYPE)
 
 
 @triton.jit
@@ -177,54 +202,87 @@ def _prefetch_l2(W, rows, start, N, K, stride_wn, LINES: tl.constexpr):
 @bound
 @triton.jit
 def _split_sum_kernel(
-    P, OUT, M, N, stride_om, SPLIT: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr = False
-):
-    """OUT[r, c] = sum over s of P[s, r, c] (fp32, in split order), rounded once."""
+    P, OUT, M, N, stride_om, SPLIT: tl.constexpr, BLOCK: tl.constexpr,
+    SILU_MUL: tl.constexpr = False, PDL: tl.constexpr = False,
+):  # fmt: skip
+    """OUT[r, c] = sum over s of P[s, r, c] (fp32, in split order), rounded once; with
+    SILU_MUL, silu(gate) * up of the sums of P[s, r, c] and P[s, r, N + c] (rows of 2N)."""
     pdl_start(PDL)
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < M * N
-    acc = tl.zeros((BLOCK,), dtype=tl.float32)
-    for s in tl.static_range(SPLIT):
-        acc += tl.load(P + s * M * N + offs, mask=mask, other=0.0)
     row, col = offs // N, offs % N
-    tl.store(OUT + row * stride_om + col, acc.to(OUT.dtype.element_ty), mask=mask)
+    width = 2 * N if SILU_MUL else N
+    at = P + row * width + col
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    acc_up = tl.zeros((BLOCK,), dtype=tl.float32)
+    for s in tl.static_range(SPLIT):
+        acc += tl.load(at + s * M * width, mask=mask, other=0.0)
+        if SILU_MUL:
+            acc_up += tl.load(at + s * M * width + N, mask=mask, other=0.0)
+    if SILU_MUL:
+        tl.store(OUT + row * stride_om + col, _silu_mul(acc, acc_up, OUT.dtype.element_ty),
+                 mask=mask)  # fmt: skip
+    else:
+        tl.store(OUT + row * stride_om + col, acc.to(OUT.dtype.element_ty), mask=mask)
 
 
 SUM_BLOCK = 1024
 
 
+class Partials(NamedTuple):
+    """A split GEMM's fp32 partial products [split, M, N], not yet summed (`skinny_linear`'s
+    `partials=True`): for a reader that sums them itself (triton_norms.rms_norm), which saves
+    the sum's launch and its rounded [M, N] round trip."""
+
+    sums: torch.Tensor
+    dtype: torch.dtype  # the product's, once summed and rounded
+
+
 def skinny_linear(
     x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = None,
-    split: int | None = None,
-) -> torch.Tensor:  # fmt: skip
+    split: int | None = None, silu_mul: bool = False, partials: bool = False,
+) -> torch.Tensor | Partials:  # fmt: skip
     """x [M, K] (bf16/fp16, M <= MAX_ROWS, rows may be strided) @ weight[N, K]^T -> [M, N] in
     x's dtype, accumulated in fp32; into `out` ([M, N], rows may be strided) when given.
-    `split` forces the K split (`plan`'s otherwise)."""
+    `split` forces the K split (`plan`'s otherwise). `silu_mul`: weight is [gate; up] (N even)
+    and the result silu(gate) * up [M, N / 2], as triton_norms.silu_mul of the product.
+    `partials`: a split product comes back as its `Partials`, unsummed (not with `out` or
+    `silu_mul`; a product without a split comes back summed)."""
     m, k = x.shape
     n = weight.shape[0]
-    if x.dtype not in DTYPES or m > MAX_ROWS or weight.shape[1] != k:
+    if (
+        x.dtype not in DTYPES or m > MAX_ROWS or weight.shape[1] != k
+        or (silu_mul and (n % 2 or partials)) or (partials and out is not None)
+    ):  # fmt: skip
         raise ValueError(
-            f"skinny_linear: x {tuple(x.shape)} {x.dtype}, weight {tuple(weight.shape)}"
+            f"skinny_linear: x {tuple(x.shape)} {x.dtype}, weight {tuple(weight.shape)}, "
+            f"silu_mul={silu_mul}, partials={partials}, out={out is not None}"
         )
     if x.stride(1) != 1:
         x = x.contiguous()
     if weight.stride(1) != 1:
         weight = weight.contiguous()
+    p = plan(m, n, k, split)  # fused: the same programs, each half gate's rows, half up's
+    n_out, block_n = (n // 2, p.block_n // 2) if silu_mul else (n, p.block_n)
     if out is None:
-        out = torch.empty((m, n), dtype=x.dtype, device=x.device)
+        out = torch.empty((m, n_out), dtype=x.dtype, device=x.device)
     if m == 0:
         return out
-    p = plan(m, n, k, split)
     target = out if p.split == 1 else torch.empty((p.split, m, n), dtype=torch.float32,
                                                    device=x.device)  # fmt: skip
     stride_target = out.stride(0) if p.split == 1 else n
-    _skinny_gemm_kernel[(triton.cdiv(n, p.block_n), p.split)](
-        x, weight, target, m, n, k, x.stride(0), weight.stride(0), stride_target, p.k_per_split,
-        BLOCK_M=p.block_m, BLOCK_N=p.block_n, BLOCK_K=p.block_k, EVEN_K=k % p.block_k == 0,
-        LINES=p.prefetch_lines, num_warps=p.warps, num_stages=p.stages,
+    _skinny_gemm_kernel[(triton.cdiv(n_out, block_n), p.split)](
+        x, weight, target, m, n_out, k, x.stride(0), weight.stride(0), stride_target,
+        p.k_per_split, BLOCK_M=p.block_m, BLOCK_N=block_n, BLOCK_K=p.block_k,
+        EVEN_K=k % p.block_k == 0, LINES=p.prefetch_lines, SILU_MUL=silu_mul,
+        PARTIAL=p.split > 1, num_warps=p.warps, num_stages=p.stages,
     )  # fmt: skip
-    if p.split > 1:
-        _split_sum_kernel[(triton.cdiv(m * n, SUM_BLOCK),)](
-            target, out, m, n, out.stride(0), SPLIT=p.split, BLOCK=SUM_BLOCK, num_warps=4
-        )
+    if p.split == 1:
+        return out
+    if partials:
+        return Partials(target, x.dtype)
+    _split_sum_kernel[(triton.cdiv(m * n_out, SUM_BLOCK),)](
+        target, out, m, n_out, out.stride(0), SPLIT=p.split, BLOCK=SUM_BLOCK,
+        SILU_MUL=silu_mul, num_warps=4,
+    )  # fmt: skip
     return out

@@ -14,6 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
+from engine.kernels.triton_gemm import Partials
 from engine.kernels.triton_launch import bound
 from engine.kernels.triton_pdl import pdl_start
 
@@ -22,13 +23,23 @@ from engine.kernels.triton_pdl import pdl_start
 @triton.jit
 def _rms_norm_kernel(
     X, R, OUT, ROUT, W, stride_x, stride_r, stride_o, N, eps,
-    HAS_RES: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr = False,
+    HAS_RES: tl.constexpr, BLOCK: tl.constexpr, SPLIT: tl.constexpr = 0,
+    PDL: tl.constexpr = False,
 ):  # fmt: skip
+    """With SPLIT, X is a split GEMM's fp32 partials [SPLIT, rows, N] (triton_gemm.Partials):
+    summed in split order and rounded to OUT's dtype, as the GEMM's own sum would."""
     pdl_start(PDL)
     row = tl.program_id(0)
     cols = tl.arange(0, BLOCK)
     mask = cols < N
-    x = tl.load(X + row * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
+    if SPLIT:
+        x = tl.zeros((BLOCK,), dtype=tl.float32)
+        for s in tl.static_range(SPLIT):
+            at = X + (s * tl.num_programs(0) + row) * stride_x + cols
+            x += tl.load(at, mask=mask, other=0.0)
+        x = x.to(OUT.dtype.element_ty).to(tl.float32)
+    else:
+        x = tl.load(X + row * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
     if HAS_RES:  # the reference adds in the model dtype, then normalises the rounded sum
         r = tl.load(R + row * stride_r + cols, mask=mask, other=0.0).to(tl.float32)
         s = (x + r).to(ROUT.dtype.element_ty)
@@ -40,19 +51,29 @@ def _rms_norm_kernel(
 
 
 def rms_norm(
-    x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None = None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """x [T, N] (rows may be strided); weight fp32 [N], the scale already applied (1 + w).
-    With `residual`: s = x + residual (rounded to x's dtype) is normalised and returned as the
-    new residual. Returns (normed, s or x)."""
-    rows, n = x.shape
-    out = torch.empty((rows, n), dtype=x.dtype, device=x.device)
+    x: torch.Tensor | Partials, weight: torch.Tensor, eps: float,
+    residual: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """x [T, N] (rows may be strided), or a split GEMM's unsummed `Partials` (then a residual
+    is required: the sum is never returned); weight fp32 [N], the scale already applied
+    (1 + w). With `residual`: s = x + residual (rounded to x's dtype) is normalised and
+    returned as the new residual. Returns (normed, s or x)."""
+    split = 0
+    if isinstance(x, Partials):
+        if residual is None:
+            raise ValueError("rms_norm of a split product's partials needs the residual")
+        split, dtype, x = x.sums.shape[0], x.dtype, x.sums
+        rows, n = x.shape[1:]
+    else:
+        (rows, n), dtype = x.shape, x.dtype
+    out = torch.empty((rows, n), dtype=dtype, device=x.device)
     res_out = torch.empty_like(out) if residual is not None else x
     r = residual if residual is not None else x
-    _rms_norm_kernel[(rows,)](
-        x, r, out, res_out, weight, x.stride(0), r.stride(0), out.stride(0), n, eps,
-        HAS_RES=residual is not None, BLOCK=triton.next_power_of_2(n),
-    )  # fmt: skip
+    if rows:
+        _rms_norm_kernel[(rows,)](
+            x, r, out, res_out, weight, x.stride(-2), r.stride(0), out.stride(0), n, eps,
+            HAS_RES=residual is not None, BLOCK=triton.next_power_of_2(n), SPLIT=split,
+        )  # fmt: skip
     return out, res_out
 
 

@@ -140,7 +140,7 @@ class GatedAttention(nn.Module):
         v = v.view(tokens, self.kv_heads, dim)
         out = ops.attention(q, k, v, k_cache, v_cache, batch, self.scale)
         gate = torch.sigmoid(query_gate[..., dim:]).flatten(1)
-        return ops.linear(self.o_proj, out.reshape(tokens, -1) * gate)
+        return ops.linear(self.o_proj, out.reshape(tokens, -1) * gate, to_norm=True)
 
     def forward_full(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         q, k, v, gate = self._project(x, cos, sin)
@@ -169,7 +169,7 @@ class Attention(nn.Module):
         out = ops.attention(
             q, k, v.view(tokens, self.kv_heads, dim), k_cache, v_cache, batch, self.scale
         )
-        return ops.linear(self.o_proj, out.reshape(tokens, -1))
+        return ops.linear(self.o_proj, out.reshape(tokens, -1), to_norm=True)
 
     def forward_full(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         tokens, dim = x.shape[0], self.head_dim

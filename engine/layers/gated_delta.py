@@ -164,7 +164,7 @@ class GatedDeltaNet(nn.Module):
         projections = (self.in_proj_qkv, self.in_proj_z, self.in_proj_b, self.in_proj_a)
         mixed, z, b, a = ops.project(x, projections)
         core = ops.linear_attention(self, mixed, a, b, conv_state, ssm_state, batch)
-        return ops.linear(self.out_proj, ops.gated_norm(core, z, self.norm))
+        return ops.linear(self.out_proj, ops.gated_norm(core, z, self.norm), to_norm=True)
 
     def _prefill(self, mixed, g, beta, weight, batch: ForwardBatch, conv_state, ssm_state):
         """Row by row; a row with nothing cached starts from zeros whatever its slot holds,

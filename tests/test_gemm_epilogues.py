@@ -1,0 +1,158 @@
+"""`engine.dense_epilogues` in Triton's interpreter on the CPU: our dense GEMM with the MLP's
+SiLU-and-multiply in its epilogue, and an output projection's K-split partials summed by the
+RMS norm that reads them (engine/kernels/triton_gemm.py, triton_norms.rms_norm), each against
+the unfused pair of kernels it replaces, bit for bit; and the CUDA ops routing a product to
+them only where the setting and `dense_kernel: triton` say. On the GPU the same comparisons
+are tests/test_gpu_kernels.py's.
+
+Needs the `triton` package (skips without it, as in CI)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.test_triton_interpret import WIDENED_BF16_DOT, _interpret
+
+pytest.importorskip("triton")
+
+EPILOGUE_CHECK = r"""
+import json
+import torch
+from engine.config import KernelsConfig
+from engine.kernels import triton_gemm, triton_norms
+from engine.kernels.cuda_ops import CudaOps
+from engine.layers.norm import RMSNorm
+from engine.models.decoder import GatedMLP
+
+torch.manual_seed(0)
+report = {}
+
+
+def same(a, b):
+    return bool(torch.equal(a, b))
+
+
+for dtype in (torch.bfloat16, torch.float16):
+    tag = str(dtype)[6:]
+    # gate|up [2 NH, K] -> silu(gate) * up [M, NH]; NH not a multiple of the tile, K not of
+    # BLOCK_K, x's rows strided; the split off, one, forced to 3
+    for m, nh, k in ((7, 100, 384), (64, 72, 1024), (16, 40, 200)):
+        wide = torch.randn(2 * m, k).to(dtype)
+        x = wide[::2]
+        w = (torch.randn(2 * nh, k) / k**0.5).to(dtype)
+        gate, up = (x.float() @ w.float().T).split(nh, dim=1)
+        exact = torch.nn.functional.silu(gate) * up
+        for split in (None, 1, 3):
+            fused = triton_gemm.skinny_linear(x, w, split=split, silu_mul=True)
+            unfused = triton_norms.silu_mul(triton_gemm.skinny_linear(x, w, split=split))
+            report[f"silu-{tag}-{m}x{nh}x{k}-split{split}"] = {
+                "same": same(fused, unfused), "shape": list(fused.shape),
+                "dtype": str(fused.dtype),
+                "err": ((fused.float() - exact).abs() / (1 + exact.abs())).max().item(),
+            }
+    # an output projection into the post-attention norm: its partials summed by the norm
+    for m, n, k in ((7, 72, 3584), (64, 136, 2048), (5, 96, 256)):
+        x = torch.randn(m, k).to(dtype)
+        w = (torch.randn(n, k) / k**0.5).to(dtype)
+        residual = torch.randn(m, n).to(dtype)
+        scale = 1 + 0.1 * torch.randn(n)
+        product = triton_gemm.skinny_linear(x, w, partials=True)
+        normed, summed = triton_norms.rms_norm(product, scale, 1e-6, residual)
+        want_normed, want_summed = triton_norms.rms_norm(
+            triton_gemm.skinny_linear(x, w), scale, 1e-6, residual
+        )
+        report[f"partials-{tag}-{m}x{n}x{k}"] = {
+            "partials": isinstance(product, triton_gemm.Partials),
+            "split": triton_gemm.plan(m, n, k).split,
+            "same": same(normed, want_normed) and same(summed, want_summed),
+            "dtype": str(normed.dtype),
+        }
+
+# the CUDA ops: the fused kernels where dense_epilogues and dense_kernel triton say, else the
+# unfused pair; the same bits either way
+model = torch.nn.ModuleDict({"mlp": GatedMLP(128, 2048), "norm": RMSNorm(128)})
+model.norm.weight.data.normal_(0, 0.1)
+model = model.to(torch.bfloat16)
+x, residual = torch.randn(2, 9, 128).bfloat16()
+results, calls = {}, []
+fused_kernel = triton_gemm._skinny_gemm_kernel
+for dense, epilogues in (("triton", True), ("triton", False), ("torch", True)):
+    config = KernelsConfig(dense_kernel=dense, dense_epilogues=epilogues)
+    ops = CudaOps(model, torch.device("cpu"), 16, config=config)
+    act = ops.swiglu(x, model.mlp.gate_proj, model.mlp.up_proj)
+    down = ops.linear(model.mlp.down_proj, act, to_norm=True)
+    kind = type(down).__name__
+    results[(dense, epilogues)] = (act, *ops.norm(down, model.norm, residual), kind)
+on, off, torch_ = (results[key] for key in (("triton", True), ("triton", False), ("torch", True)))
+report["ops"] = {
+    "kinds": [on[3], off[3], torch_[3]],
+    "same": all(same(a, b) for a, b in zip(on[:3], off[:3])),
+    "torch_close": max((a.float() - b.float()).abs().max().item()
+                       for a, b in zip(on[:3], torch_[:3])),
+}
+errors = {}
+for name, call in {
+    "odd": lambda: triton_gemm.skinny_linear(x, torch.zeros(7, 128).bfloat16(), silu_mul=True),
+    "both": lambda: triton_gemm.skinny_linear(x, torch.zeros(8, 128).bfloat16(), silu_mul=True,
+                                              partials=True),
+    "no_residual": lambda: triton_norms.rms_norm(
+        triton_gemm.skinny_linear(torch.zeros(4, 2048).bfloat16(),
+                                  torch.zeros(64, 2048).bfloat16(), partials=True),
+        torch.ones(64), 1e-6),
+}.items():
+    try:
+        call()
+        errors[name] = None
+    except ValueError as exc:
+        errors[name] = str(exc)
+report["errors"] = errors
+print(json.dumps(report))
+"""
+
+
+@pytest.fixture(scope="module")
+def report() -> dict:
+    return _interpret(WIDENED_BF16_DOT + EPILOGUE_CHECK)
+
+
+def test_silu_mul_epilogue_equals_the_unfused_pair_bit_for_bit(report):
+    """The fused GEMM (a program's tile half gate's rows, half up's, SiLU-mul in its epilogue
+    or, split, in the sum's) stores what silu_mul of the plain product stores, at every split;
+    both within one output ulp of fp32 math (plus the intermediate roundings)."""
+    silu = {name: r for name, r in report.items() if name.startswith("silu-")}
+    assert len(silu) == 2 * 3 * 3
+    for name, result in silu.items():
+        assert result["same"], (name, result)
+        ulp = 2**-7 if "bfloat16" in name else 2**-10
+        assert result["err"] <= 3 * ulp, (name, result)
+        assert result["dtype"] == "torch." + name.split("-")[1], name
+    assert report["silu-bfloat16-7x100x384-splitNone"]["shape"] == [7, 100]
+
+
+def test_split_partials_summed_by_the_norm_equal_the_gemms_own_sum(report):
+    """A split product comes back unsummed and the residual norm sums it in split order,
+    rounding where the GEMM's sum launch rounds: the same normed output and residual; an
+    unsplit product comes back summed (a plain tensor)."""
+    partials = {name: r for name, r in report.items() if name.startswith("partials-")}
+    assert len(partials) == 2 * 3
+    for name, result in partials.items():
+        assert result["same"], (name, result)
+        assert result["partials"] == (result["split"] > 1), (name, result)
+    assert report["partials-bfloat16-7x72x3584"]["split"] == 7  # 0.8b's down_proj's split
+    assert report["partials-bfloat16-5x96x256"]["split"] == 1
+
+
+def test_cuda_ops_fuse_only_on_our_gemm_with_the_setting_on(report):
+    """dense_epilogues with dense_kernel triton: the MLP's down_proj (K 2048, split 8) comes
+    back as partials the norm sums; off, a summed tensor; on torch's GEMM, a tensor (the
+    setting ignored). Our two paths agree bit for bit, torch's to bf16 rounding."""
+    ops = report["ops"]
+    assert ops["kinds"] == ["Partials", "Tensor", "Tensor"]
+    assert ops["same"]
+    assert ops["torch_close"] <= 0.1
+
+
+def test_fused_calls_refuse_what_they_cannot_compute(report):
+    errors = report["errors"]
+    assert "silu_mul=True" in errors["odd"] and "partials=True" in errors["both"]
+    assert errors["no_residual"] == "rms_norm of a split product's partials needs the residual"
