@@ -27,6 +27,7 @@ SUITES=(
   "orpheus|Orpheus 3b audio-s/s at c=32 and c=64, and its iteration profiled|-"
   "scrape|does a 1 s /metrics scrape loop move output tok/s? an A/A (bench_scrape_cost)|SCRAPE_ARGS=\"-c 64 --blocks 2\""
   "probe|decode graph against the eager step per engine in one process, memory poisoned (probe_graph_order)|PROBE_ORDER=\"--poison triton flashinfer triton\""
+  "race|staggered prefill-stream runs: the same steps, the same tokens? beside, then serial (probe_prefill_stream)|RACE_RUNS=6 RACE_ARGS=--piecewise-gdn"
 )
 [ "${1:-list}" = list ] && { printf '%s\n' "${SUITES[@]}" | column -t -s '|'; exit 0; }
 names=$(printf '%s\n' "${SUITES[@]}" | cut -d'|' -f1)
@@ -232,6 +233,14 @@ suite_scrape() {
 suite_probe() {
   timeout 300 python3 -m benchmarks.probe_graph_order ${PROBE_ORDER:---poison triton flashinfer triton} \
     2>&1 | grep -v "^USDT" | tail -n 60 | tee "$OUT/probe_graph_order.log"
+}
+
+suite_race() {
+  local mode
+  for mode in "" --serial; do
+    timeout 280 python3 -m benchmarks.probe_prefill_stream --runs "${RACE_RUNS:-6}" $mode \
+      ${RACE_ARGS:-} 2>&1 | grep -v "^USDT" | tail -n 30 | tee -a "$OUT/probe_prefill_stream.log"
+  done
 }
 
 for suite in "${requested[@]}"; do
