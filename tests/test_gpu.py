@@ -255,6 +255,26 @@ def test_tiny_prefill_stream_on_cuda_equals_the_cpu_reference():
     assert_the_cpu_references_tokens(cuda, prompts, 16)
 
 
+def test_lanes_that_run_at_once_never_share_a_cuda_stream():
+    """INVARIANTS 90: with engine.prefill_stream, the decode graphs' capture stream and the
+    prefill lane's stream (on which its piecewise graphs were captured and replay) are two
+    CUDA streams, and no stream of a live engine is another's, however far torch's pool of 32
+    has turned (cuBLAS keeps a workspace per stream: a shared one is written at once)."""
+    config = replace(load_scenario("qwen35", "0.8b").engine, kv_pages=256, state_slots=16,
+                     max_rows=8, max_tokens_per_step=256)  # fmt: skip
+    assert config.prefill_stream and config.cuda_graphs and config.piecewise_graphs
+    engines = []
+    for _ in range(2):
+        engines.append(Engine(build_model("qwen35", "0.8b", 0, "bfloat16", "cuda"), config))
+        for _ in range(40):  # other code drawing from the pool: it wraps past every stream
+            torch.cuda.Stream()
+    raw = []
+    for engine in engines:
+        assert engine.piecewise.stream is engine.prefill_lane.stream
+        raw += [engine.graphs.stream.cuda_stream, engine.prefill_lane.stream.cuda_stream]
+    assert len(set(raw)) == 4, raw
+
+
 @pytest.mark.parametrize("piecewise_gdn", [False, True])
 def test_08b_prefill_stream_emits_the_tokens_of_one_stream(piecewise_gdn):
     """engine.prefill_stream on the GPU: 0.8b in bf16, the overlapped loop, prompts below and

@@ -26,6 +26,7 @@ from engine.worker.planted import planted_device_delay
 from engine.worker.request import Request
 from engine.worker.scheduler import ScheduledRow, Scheduler
 from engine.worker.step_inputs import StepInputs
+from engine.worker.streams import own_streams
 
 # engine.state_dtype (engine/config/cache.py): the storage of the recurrent-state slots
 STATE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -82,6 +83,8 @@ class Engine:
         # prefill lane is the engine's own resources
         side = scheduling.prefill_stream and self.device.type == "cuda"
         prefill_ops, prefill_inputs = staged() if side else (None, None)
+        # the decode graphs' stream and the prefill lane's: never one CUDA stream (streams.py)
+        capture, prefill_stream = own_streams(self.device, 2) if side else (None, None)
         check_double_buffering(self.inputs, self.ops, parts.loop.overlap, self.device)
         if scheduling.split_mixed:  # two stagings and plans a step: a slot's next use may come
             # before its last copy ran; wait for it there (engine/staging.py, INVARIANTS 64)
@@ -92,12 +95,12 @@ class Engine:
         if graphs.cuda_graphs and capturable:
             self.graphs = DecodeGraphs(  # a masked node samples its window: no full argmax
                 model, self.cache, self.ops, self.inputs, max_rows, max_pages,
-                greedy=logit_mask is None,
+                greedy=logit_mask is None, stream=capture,
             )  # fmt: skip
         if graphs.piecewise_graphs and capturable:  # on the prefill lane's resources
             self.piecewise = PiecewiseGraphs(
                 model, self.cache, prefill_ops or self.ops, prefill_inputs or self.inputs,
-                max_tokens,
+                max_tokens, stream=prefill_stream,
             )  # fmt: skip
         # with a prefill stream the piecewise runner is the prefill lane's alone (its static
         # buffers must not serve a decode step beside a prefill): the engine's lane runs a
@@ -105,8 +108,7 @@ class Engine:
         self.lane = Lane(None, None, None if side else self.piecewise)
         self.prefill_lane = self.lane
         if scheduling.prefill_stream:
-            stream = torch.cuda.Stream(self.device) if side else None
-            self.prefill_lane = Lane(prefill_ops, prefill_inputs, self.piecewise, stream)
+            self.prefill_lane = Lane(prefill_ops, prefill_inputs, self.piecewise, prefill_stream)
         self.logit_mask = logit_mask
         self.requests: dict[int, Request] = {}
         self.arrivals = 0  # requests added so far: the next one's arrival order

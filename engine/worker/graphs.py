@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 import torch
 
+from engine.worker.streams import own_streams
+
 log = logging.getLogger("engine.worker")
 
 BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 224, 256)
@@ -63,12 +65,15 @@ class CapturedStep:
 class DecodeGraphs:
     def __init__(
         self, model, cache, ops, inputs, max_rows: int, max_pages_per_row: int,
-        greedy: bool = True,
+        greedy: bool = True, stream: torch.cuda.Stream | None = None,
     ):  # fmt: skip
         """`greedy`: capture each row's argmax over the vocabulary too (a node with a logit
-        mask samples its window instead, so its graphs leave that reduction out)."""
+        mask samples its window instead, so its graphs leave that reduction out). `stream`:
+        where the graphs are warmed up and captured, one no other lane captures or runs on
+        (engine/worker/streams.py; default: one of its own)."""
         self.model, self.cache, self.ops, self.inputs = model, cache, ops, inputs
         self.greedy = greedy
+        self.stream = stream or own_streams(next(model.parameters()).device, 1)[0]
         self.buckets = buckets_up_to(max_rows)
         self.steps: dict[tuple[int, int], CapturedStep] = {}  # (bucket, slot) -> graph
         start = time.perf_counter()
@@ -96,14 +101,14 @@ class DecodeGraphs:
         batch = self.inputs.stage([], self.cache, self.ops, pad_to=bucket)
         batch.is_decode = True
         slot = self.ops.begin_step(batch, bucket)
-        stream = torch.cuda.Stream()
+        stream = self.stream
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):  # warm up off the default stream, as capture needs
             for _ in range(2):
                 self.model(batch, self.cache, float32=False)
         torch.cuda.current_stream().wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=pool):
+        with torch.cuda.graph(graph, pool=pool, stream=stream):
             logits = self.model(batch, self.cache, float32=False)
             tokens = self.ops.argmax(logits) if self.greedy else None
         return slot, CapturedStep(graph, logits, tokens)

@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 import torch
 
 from engine.worker.graphs import gc_paused
+from engine.worker.streams import own_streams
 
 log = logging.getLogger("engine.worker")
 
@@ -160,8 +161,11 @@ def _real_args(name: str, args: tuple, tokens: int, batch) -> list:
 
 
 class PiecewiseGraphs:
-    def __init__(self, model, cache, ops, inputs, max_tokens: int):
+    def __init__(self, model, cache, ops, inputs, max_tokens: int, stream=None):
+        """`stream`: where the pieces are warmed up and captured: the stream they replay on
+        beside another lane (the prefill stream), or one of their own (streams.py)."""
         self.model, self.cache, self.ops, self.inputs = model, cache, ops, inputs
+        self.stream = stream or own_streams(next(model.parameters()).device, 1)[0]
         self.buckets = token_buckets_up_to(max_tokens)
         self.gdn_captured = "linear_attention" not in split_ops(ops)
         self.bodies: dict[int, CapturedBody] = {}
@@ -190,7 +194,7 @@ class PiecewiseGraphs:
             [], self.cache, self.ops, pad_to=1, pad_tokens_to=bucket, gdn_tables=self.gdn_captured
         )
         self.ops.begin_step(batch)
-        stream = torch.cuda.Stream()
+        stream = self.stream
         stream.wait_stream(torch.cuda.current_stream())
         body = CapturedBody()
         with torch.cuda.stream(stream):

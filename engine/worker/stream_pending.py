@@ -32,6 +32,7 @@ from torch import nn
 from engine.runtime.graph import NodeSubmodule
 from engine.runtime.postprocess import StepOutput
 from engine.worker.codec_graphs import CodecGraphs
+from engine.worker.streams import own_streams
 
 OPEN_STREAM = 2**40  # the tokens a stream that has not ended counts as (its loop's cap)
 
@@ -91,7 +92,7 @@ class WindowDecoder:
         self.network, self.node, self.capacity = network, node, capacity
         self.device = next(network.parameters()).device
         cuda = self.device.type == "cuda"
-        self.cuda_stream = torch.cuda.Stream(self.device) if cuda else None
+        self.cuda_stream = own_streams(self.device, 1)[0] if cuda else None  # streams.py
         self.pcm_hosts: list[torch.Tensor | None] = [None, None]  # sized at first use
         self.slot = 0  # the host buffers (the PCM's here, the codes' in the graphs) next used
 

@@ -1,0 +1,60 @@
+"""engine/worker/streams.py's `own_streams` against a stand-in of torch's stream pool (32
+streams of a device handed out in turn, compared by their CUDA stream, as torch's are)."""
+
+from __future__ import annotations
+
+import gc
+import itertools
+
+import pytest
+import torch
+
+from engine.worker import streams
+
+
+class PooledStream:
+    """torch.cuda.Stream's part `own_streams` reads: a pool of 32 handed out in turn."""
+
+    turn = itertools.count()
+
+    def __init__(self, device):
+        self.device = torch.device(device)
+        self.cuda_stream = 0x1000 + next(self.turn) % streams.POOL
+
+    def __eq__(self, other):
+        return self.cuda_stream == other.cuda_stream and self.device == other.device
+
+    def __hash__(self):
+        return hash((self.cuda_stream, self.device))
+
+
+@pytest.fixture
+def pool(monkeypatch):
+    monkeypatch.setattr(PooledStream, "turn", itertools.count())
+    monkeypatch.setattr(torch.cuda, "Stream", PooledStream)
+    monkeypatch.setattr(streams, "_held", type(streams._held)())
+    return torch.device("cuda", 0)
+
+
+def test_streams_a_live_lane_owns_are_never_handed_out_again(pool):
+    """The pool wraps after 32 draws; a plain draw may return a held stream, `own_streams`
+    never does while its holder lives, and does once it is gone."""
+    decode, prefill = streams.own_streams(pool, 2)
+    assert decode.cuda_stream != prefill.cuda_stream
+    for _ in range(40):  # other code drawing from the pool: it wraps onto both
+        torch.cuda.Stream(pool)
+    later = streams.own_streams(pool, 2) + streams.own_streams(pool, 1)
+    raw = [s.cuda_stream for s in (decode, prefill, *later)]
+    assert len(set(raw)) == 5, raw
+    gone = decode.cuda_stream
+    del decode, later
+    gc.collect()
+    mine = {s.cuda_stream for s in streams.own_streams(pool, streams.POOL - 1)}
+    assert gone in mine and prefill.cuda_stream not in mine  # all but the one still held
+
+
+def test_a_pool_held_whole_is_a_clear_error(pool):
+    held = streams.own_streams(pool, streams.POOL)
+    with pytest.raises(RuntimeError, match="no 1 CUDA streams of cuda:0 left"):
+        streams.own_streams(pool, 1)
+    assert len({s.cuda_stream for s in held}) == streams.POOL
