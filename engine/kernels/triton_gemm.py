@@ -47,6 +47,11 @@ depends on no earlier kernel, so its first bytes stream while that kernel finish
 loop then reads them from L2. A GEMM here is ~7-10 us of launch, ramp and latency for ~2-4 us
 of weight traffic (0.8b, 64 rows): the wait is what the prefetch hides.
 
+Epilogues (`engine.dense_epilogues`, docs/KERNELS.md): `silu_mul=True` takes the MLP's packed
+[gate; up] and stores silu(gate) * up, each program half gate's rows and half up's (the plan's
+programs and bytes); `partials=True` hands a split product's fp32 partials (`Partials`) to the
+norm that reads it, which sums them: both round where the unfused kernels round (INVARIANTS 89).
+
 x's rows may be strided (a gathered or split view), its last axis contiguous; the weight is
 [N, K] contiguous (a Linear's, a packed buffer's, or a view of its rows). Grids come from the
 shapes only, no host read of a device value: CUDA-graph capturable.
