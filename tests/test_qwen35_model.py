@@ -372,6 +372,29 @@ def test_dense_rows_bounds_the_steps_our_gemm_and_its_epilogues_take(tiny, monke
             assert calls == ([(64, fused[0]), (64, fused[1])] if rows == 64 else []), calls
 
 
+def test_a_second_ops_object_of_a_model_shares_its_packed_weights(tiny):
+    """engine.prefill_stream builds a second CUDA ops object for the prefill lane: its packed
+    projections are the first one's buffers (no second copy of ~0.7 GB at 0.8b), and each
+    Linear's weight stays a view of its rows in them."""
+    pytest.importorskip("engine.kernels.triton_gemm")
+    from engine.kernels.cuda_ops import CudaOps
+
+    model = copy.deepcopy(tiny)
+    want = {key: torch.cat([linear.weight.detach() for linear in key]) for key in
+            CudaOps(model, torch.device("cpu"), 4).packed}  # fmt: skip
+    first = CudaOps(model, torch.device("cpu"), 4)
+    second = CudaOps(model, torch.device("cpu"), 4)
+    assert len(first.packed) == len(want) > 0
+    for key, (packed, sizes) in first.packed.items():
+        again, again_sizes = second.packed[key]
+        assert again.data_ptr() == packed.data_ptr() and again_sizes == sizes
+        assert torch.equal(again, want[key])
+        start = 0
+        for linear, rows in zip(key, sizes, strict=True):
+            assert linear.weight.data_ptr() == packed[start].data_ptr()
+            start += rows
+
+
 @pytest.mark.parametrize("setting", ["grid", "pipelined"])
 def test_gdn_decode_routes_decode_rows_alone_to_the_pipelined_kernel(tiny, monkeypatch, setting):
     """engine.gdn_decode: with `pipelined`, the CUDA ops run a decode step's recurrence (every

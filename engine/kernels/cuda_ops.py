@@ -46,8 +46,21 @@ from engine.layers.norm import GatedRMSNorm, RMSNorm
 
 
 def _pack(linears: tuple[nn.Linear, ...]) -> torch.Tensor:
-    """One weight for several Linears of the same input; each keeps a view of its rows."""
-    packed = torch.cat([linear.weight.detach() for linear in linears])
+    """One weight for several Linears of the same input; each keeps a view of its rows. Where
+    an earlier ops object of the same model packed them (the prefill lane's beside the
+    engine's), that buffer is the one returned: no second copy of the weights."""
+    weights = [linear.weight.detach() for linear in linears]
+    first, width = weights[0], weights[0].shape[1]
+    offset = first.storage_offset()
+    packed_before = True
+    for weight in weights:
+        same = weight.untyped_storage().data_ptr() == first.untyped_storage().data_ptr()
+        packed_before &= same and weight.is_contiguous() and weight.storage_offset() == offset
+        offset += weight.numel()
+    if packed_before:
+        rows = sum(weight.shape[0] for weight in weights)
+        return first.as_strided((rows, width), (width, 1))
+    packed = torch.cat(weights)
     start = 0
     for linear in linears:
         rows = linear.weight.shape[0]
