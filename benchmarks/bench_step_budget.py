@@ -13,9 +13,9 @@ is seen). The bytes a class must move a step are worked out from the engine itse
 (`traffic`): the dense weights for the GEMMs (each read once a step, whatever the rows), the
 recurrent states read and written for Gated DeltaNet, the K/V pages read for attention, the
 conv states, the logits for the sampler. Bytes over time is the class's achieved bandwidth;
-its floor is bytes over `--peak-gbs` (the H200's HBM3e: 4,800 GB/s), so "x floor" says how
-far each class is from the memory limit. Norms, activations and copies move activations
-only: no floor is given for them.
+its floor is bytes over `--peak-gbs` (the GPU's: 4,800 GB/s on an H200, 3,350 on an H100),
+so "x floor" says how far each class is from the memory limit. Norms, activations and copies
+move activations only: no floor is given for them.
 
 `--codec-windows N` (Orpheus): a second table, the codec's step of N windows (the SNAC decode
 a worker iteration runs for the windows its streams completed; at c=64 up to 64), profiled the
@@ -39,6 +39,15 @@ import torch
 from benchmarks.options import positive_int
 
 PEAK_GBS = 4800.0  # the H200's HBM3e, GB/s
+PEAKS_GBS = {"H200": 4800.0, "H100": 3350.0}  # by the device's name (the H100 SXM's HBM3)
+
+
+def peak_gbs_of(device_name: str | None) -> float:
+    """The HBM bandwidth the floors are taken at: the named GPU's, the H200's otherwise (and on
+    a CPU, whose tables hold host time)."""
+    return next((gbs for gpu, gbs in PEAKS_GBS.items() if gpu in (device_name or "")), PEAK_GBS)
+
+
 CLASSES: tuple[tuple[str, str], ...] = (  # class, pattern over a kernel's (or op's) name
     ("gdn", r"recurren|gdn|gated_delta|delta_rule|chunk_"),
     ("conv", r"conv"),  # before attention: Gated DeltaNet's `_conv_decode_kernel`
@@ -237,7 +246,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch", type=positive_int, default=64)
     parser.add_argument("--context", type=positive_int, default=512)
     parser.add_argument("--steps", type=positive_int, default=20, help="steps profiled")
-    parser.add_argument("--peak-gbs", type=float, default=PEAK_GBS)
+    parser.add_argument(
+        "--peak-gbs", type=float, default=None,
+        help="the floors' bandwidth, GB/s (default: the GPU's, PEAKS_GBS; else the H200's)",
+    )  # fmt: skip
     parser.add_argument("--markdown", default=None, help="write the table here")
     parser.add_argument("--json", default=None, help="write the rows here")
     parser.add_argument(
@@ -249,6 +261,8 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("--codec-windows: only orpheus has a codec")
     scenario = load_scenario(args.scenario, args.size)
     cuda = torch.cuda.is_available()
+    if args.peak_gbs is None:
+        args.peak_gbs = peak_gbs_of(torch.cuda.get_device_name() if cuda else None)
     engine = build(scenario, args.batch, args.context, args.steps + 8, "auto", graphs=cuda)
     rows = budget(
         profiled_kernels(engine, args.steps), args.steps,

@@ -115,3 +115,11 @@ def test_orpheus_with_the_codec_writes_both_tables_and_the_codecs_weights(tmp_pa
 def test_codec_windows_is_orpheus_only():
     with pytest.raises(SystemExit):
         sb.main(["--size", "tiny", "--codec-windows", "4"])
+
+
+def test_the_floors_take_the_named_gpus_bandwidth():
+    """The H100's table read "x floor" at the H200's 4,800 GB/s (2026-12-07): the default is now
+    the device's own."""
+    assert sb.peak_gbs_of("NVIDIA H100 80GB HBM3") == 3350.0
+    assert sb.peak_gbs_of("NVIDIA H200") == 4800.0
+    assert sb.peak_gbs_of(None) == sb.peak_gbs_of("NVIDIA A10G") == sb.PEAK_GBS
