@@ -18,7 +18,8 @@ class PooledStream:
     turn = itertools.count()
 
     def __init__(self, device):
-        self.device = torch.device(device)
+        device = torch.device(device)  # torch's report an index: cuda:0 for "cuda"
+        self.device = device if device.index is not None else torch.device("cuda", 0)
         self.cuda_stream = 0x1000 + next(self.turn) % streams.POOL
 
     def __eq__(self, other):
@@ -51,6 +52,16 @@ def test_streams_a_live_lane_owns_are_never_handed_out_again(pool):
     gc.collect()
     mine = {s.cuda_stream for s in streams.own_streams(pool, streams.POOL - 1)}
     assert gone in mine and prefill.cuda_stream not in mine  # all but the one still held
+
+
+def test_a_device_named_without_an_index_is_guarded_too(pool):
+    """The engine names its device `torch.device("cuda")`; the streams it gets report
+    `cuda:0`: what they hold is still held."""
+    held = streams.own_streams(torch.device("cuda"), 2)
+    for _ in range(40):
+        torch.cuda.Stream(pool)
+    again = streams.own_streams(torch.device("cuda"), 30)
+    assert not {s.cuda_stream for s in held} & {s.cuda_stream for s in again}
 
 
 def test_a_pool_held_whole_is_a_clear_error(pool):

@@ -24,11 +24,13 @@ _held: weakref.WeakSet = weakref.WeakSet()  # the streams live lanes own
 
 
 def own_streams(device: torch.device, count: int) -> list[torch.cuda.Stream]:
-    """`count` streams of `device`, each a CUDA stream no other stream this function handed
-    out and still alive is (streams compare by their CUDA stream): drawn from torch's pool
-    until enough are new. RuntimeError if the pool has too few left even after collecting."""
+    """`count` streams of `device`, each a CUDA stream that no other stream this function
+    handed out, and that is still alive, is: drawn from torch's pool until enough are new.
+    RuntimeError if the pool has too few left even after collecting."""
     for _ in range(2):
-        held = {stream.cuda_stream for stream in _held if stream.device == device}
+        # a CUDA stream's handle is unique in the process, whatever its device (and `device`
+        # may name no index: torch.device("cuda"))
+        held = {stream.cuda_stream for stream in _held}
         drawn: list[torch.cuda.Stream] = []
         for _drawn in range(POOL):
             stream = torch.cuda.Stream(device)
