@@ -21,44 +21,30 @@ from __future__ import annotations
 import argparse
 import hashlib
 import sys
-from dataclasses import replace
 
+from benchmarks.greedy import greedy_run
 from benchmarks.options import positive_int
-from engine.messages import AddRequest, StepFrames
-from engine.worker.main import build_worker
-from engine.worker.timing import PhaseTimer
-from harness.scenario import load_scenario
 
 LENGTHS = (5, 40, 300, 700, 128, 256, 33, 512)  # the test's: below and above the split kernel's
 
 
 def run_once(size: str, device: str, serial: bool, piecewise_gdn: bool, tokens: int):
     """One staggered run: (the steps it took, each request's tokens)."""
-    scenario = load_scenario("qwen35", "tiny")
     vocab = 240_000 if size != "tiny" else 4_000
-    settings = {"kv_pages": 1024, "max_rows": 64, "overlap": True, "prefill_stream": True}
-    if piecewise_gdn:
-        settings["piecewise_gdn"] = True
-    dtype = "bfloat16" if device == "cuda" else "float32"
-    config = replace(scenario.engine, device=device, dtype=dtype, kernels="auto", **settings)
-    frames: list[StepFrames] = []
-    worker = build_worker(replace(scenario.model, preset=size), config, PhaseTimer(0, "p", []),
-                          frames.append)  # fmt: skip
-    if serial:
-        worker.engine.mark = lambda: None
-    for rid, n in enumerate(LENGTHS):
-        prompt = [(13 * rid + j) % vocab + 1 for j in range(n)]
-        worker.handle(AddRequest(rid, prompt, tokens, ignore_eos=True, temperature=0))
-        worker.iteration()
-    while worker.iteration():
-        pass
-    out: dict[int, list[int]] = {rid: [] for rid in range(len(LENGTHS))}
-    steps = []
-    for step in frames:
-        steps.append(tuple(frame.rid for frame in step.frames))
-        for frame in step.frames:
-            out[frame.rid].extend(frame.tokens)
+    prompts = [[(13 * rid + j) % vocab + 1 for j in range(n)] for rid, n in enumerate(LENGTHS)]
+    settings = {"piecewise_gdn": True} if piecewise_gdn else {}
+    steps: list[tuple[int, ...]] = []
+    out, _ = greedy_run(
+        device, "bfloat16" if device == "cuda" else "float32", size, prompts, tokens,
+        overlap=True, stagger=True, steps=steps, prefill_stream=True,
+        prepare=_serial if serial else None, **settings,
+    )  # fmt: skip
     return tuple(steps), out
+
+
+def _serial(worker) -> None:
+    """Every prefill waits for all the current stream holds (`Engine.mark` gives no event)."""
+    worker.engine.mark = lambda: None
 
 
 def first_difference(a: list[int], b: list[int]) -> int:

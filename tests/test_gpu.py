@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from benchmarks.greedy import greedy_run as greedy_on
 from engine.messages import AddRequest, StepFrames, TokenFrame
 from engine.models import build_model, build_streams
 from engine.models.orpheus import CODEBOOK, WINDOW_TOKENS, audio_token_low, split_levels
@@ -20,44 +21,6 @@ from engine.worker.timing import PhaseTimer
 from harness.scenario import load_scenario
 
 pytestmark = pytest.mark.gpu
-
-
-def greedy_on(
-    device: str,
-    dtype: str,
-    preset: str,
-    prompts: list[list[int]],
-    n: int,
-    kernels: str = "auto",
-    overlap: bool = False,
-    stagger: bool = False,
-    steps: list | None = None,
-    **engine,
-):
-    """Each prompt's n greedy tokens from a worker; `stagger`: one arrival a step (steps of
-    changing sizes) instead of all at once; `steps`, when given, gets each postprocessed step's
-    rows (their request ids, in order); `engine`: settings over the scenario's."""
-    scenario = load_scenario("qwen35", "tiny")
-    settings = {"kv_pages": 1024, "max_rows": 64} | engine
-    config = replace(
-        scenario.engine, device=device, dtype=dtype, kernels=kernels, overlap=overlap, **settings
-    )
-    spec = replace(scenario.model, preset=preset)
-    frames: list[StepFrames] = []
-    worker = build_worker(spec, config, PhaseTimer(0, "g", []), frames.append)
-    for rid, prompt in enumerate(prompts):
-        worker.handle(AddRequest(rid, prompt, n, ignore_eos=True, temperature=0))
-        if stagger:
-            worker.iteration()
-    while worker.iteration():
-        pass
-    out: dict[int, list[int]] = {rid: [] for rid in range(len(prompts))}
-    for step in frames:
-        for frame in step.frames:
-            out[frame.rid].extend(frame.tokens)
-    if steps is not None:
-        steps.extend(tuple(frame.rid for frame in step.frames) for step in frames)
-    return out, worker.engine.model
 
 
 @pytest.mark.gpu_quick
