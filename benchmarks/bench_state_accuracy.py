@@ -21,6 +21,11 @@ sampler's fp32 logits, on the GPU the decode graph's bf16 ones widened). Three r
   from GEMM blocking alone (a near-tie among the logits), the noise any change pays. On the GPU
   its decode steps take the graph's own argmax, the reference's the sampler (to record the
   margins), so a floor of 100% also shows that the two chose alike.
+- versus (`--versus engine.KEY=VALUE`, each its own run): fp32 state, teacher-forced, one
+  engine setting changed, e.g. `engine.dense_kernel=torch` (cuBLAS's GEMMs for ours): what a
+  change of kernel that keeps the model's dtypes, one the project has already taken, flips. A
+  16-bit state whose agreement by margin matches such a run's rounds no more than a GEMM's
+  summation order does; one that flips clear margins a kernel change keeps does not.
 
 The margin bands (`MARGIN_BANDS`): [0, 0.05) near-ties, a few of bf16's steps at logits of 2
 to 8 (1/64 to 1/32: the 0.8b's decode graph rounds its logits to bf16, exact ties included);
@@ -47,18 +52,16 @@ from engine.layers.sampler import SamplingParams
 from engine.messages import AddRequest
 from engine.models import build_model, vocab_size
 from engine.worker.engine import Engine
-from harness.scenario import load_scenario
+from harness.scenario import ConfigError, load_scenario, parse_overrides
 
 BANDS = (0, 64, 128, 256, 512, 1024)
 MARGIN_BANDS = (0.0, 0.05, 0.2, 1.0, math.inf)
 
 
-def _engine(size: str, state_dtype: str, rows: int, **overrides) -> Engine:
-    scenario = load_scenario("qwen35", size)
-    config = replace(
-        scenario.engine, state_dtype=state_dtype, max_rows=rows, state_slots=rows + 2,
-        **overrides,
-    )  # fmt: skip
+def _engine(size: str, state_dtype: str, rows: int, settings: dict | None = None) -> Engine:
+    """`settings`: scenario overrides (`engine.KEY: value`) over the size's."""
+    scenario = load_scenario("qwen35", size, settings)
+    config = replace(scenario.engine, state_dtype=state_dtype, max_rows=rows, state_slots=rows + 2)
     spec = scenario.model
     model = build_model(spec.arch, spec.preset, spec.seed, config.dtype, config.device)
     return Engine(model, config)
@@ -166,15 +169,16 @@ def agreement_by_margin(
 
 def measure(
     size: str, requests: int, prompt: int, tokens: int, seed: int = 0,
-    state_dtype: str = "bfloat16",
+    state_dtype: str = "bfloat16", versus: tuple[str, ...] = (),
 ) -> dict:  # fmt: skip
+    """`versus`: engine settings (`engine.KEY=VALUE`), each a teacher-forced fp32 run of its own."""
     gen = torch.Generator().manual_seed(seed)
     vocab = vocab_size(load_scenario("qwen35", size).model)
     prompts = [torch.randint(1, vocab, (prompt,), generator=gen).tolist() for _ in range(requests)]
     extra = [torch.randint(1, vocab, (prompt,), generator=gen).tolist()]
 
-    def run(state_dtype: str, batch: list[list[int]], forced=None, margins=False) -> Decodes:
-        engine = _engine(size, state_dtype, len(batch))
+    def run(state_dtype, batch, forced=None, margins=False, settings=None) -> Decodes:
+        engine = _engine(size, state_dtype, len(batch), settings)
         try:
             return greedy(engine, batch, tokens, forced, margins)
         finally:
@@ -187,6 +191,15 @@ def measure(
     forced = run(state_dtype, prompts, reference.tokens).tokens
     floor = run("float32", prompts + extra, reference.tokens).tokens
     floor.pop(len(prompts))  # the extra request only changes the batch
+    changed = {}
+    for setting in versus:
+        tokens_of = run("float32", prompts, reference.tokens, settings=parse_overrides(setting))
+        changed[setting] = {
+            "forced_agreement": agreement_by_band(tokens_of.tokens, reference.tokens),
+            "forced_agreement_by_margin": agreement_by_margin(
+                tokens_of.tokens, reference.tokens, reference.margins
+            ),
+        }
     firsts = [first_difference(free[rid], reference.tokens[rid]) for rid in reference.tokens]
     diverged_at = stats.summarise([f for f in firsts if f is not None])
     return {
@@ -199,6 +212,7 @@ def measure(
             forced, reference.tokens, reference.margins
         ),
         "floor_agreement": agreement_by_band(floor, reference.tokens),
+        "versus": changed,
     }  # fmt: skip
 
 
@@ -209,9 +223,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--prompt", type=int, default=128)
     parser.add_argument("--tokens", type=int, default=512)
     parser.add_argument("--state-dtype", default="bfloat16", choices=["bfloat16", "float16"])
+    parser.add_argument(
+        "--versus", action="append", default=[], metavar="engine.KEY=VALUE",
+        help="also a teacher-forced fp32 run with this setting changed (repeatable)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
+    for setting in args.versus:  # a bad setting ends here, before any engine is built
+        try:
+            load_scenario("qwen35", args.size, parse_overrides(setting))
+        except ConfigError as error:
+            parser.error(f"--versus {setting}: {error}")
     figures = measure(args.size, args.requests, args.prompt, args.tokens,
-                      state_dtype=args.state_dtype)  # fmt: skip
+                      state_dtype=args.state_dtype, versus=tuple(args.versus))  # fmt: skip
     print(json.dumps(figures, indent=1))
 
 

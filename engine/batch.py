@@ -81,6 +81,9 @@ class ForwardBatch:
     gdn_one_token_rows: int | None = None  # how many leading rows have one new token
     gdn_scratch: tuple | None = None  # (shape, tensors): the split kernel's scratch, a step's
     gdn_tables: GdnTables | None = None  # staged for fixed grids (a step padded to a bucket)
+    # the piecewise runner's token bucket (its token-wise ops replay graphs captured on another
+    # step of that bucket), None for any other step
+    token_bucket: int | None = None
 
     def gather_fed_tokens(self, fed: torch.Tensor | None) -> None:
         """Write into input_ids, in place and on the device, the tokens the host does not have

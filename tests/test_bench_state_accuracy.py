@@ -12,6 +12,7 @@ from benchmarks.bench_state_accuracy import (
     agreement_by_margin,
     first_difference,
     greedy,
+    main,
     measure,
 )
 
@@ -82,3 +83,28 @@ def test_agreement_by_margin_bands_the_references_positions():
     assert agreement_by_margin(runs, ref, {0: [2.0] * 4, 1: [2.0] * 4})["0-0.05"] == {
         "share": 0.0, "positions": 0, "agreement": None,
     }  # fmt: skip
+
+
+def test_versus_runs_fp32_forced_with_one_setting_changed_and_reports_it_like_the_state():
+    result = measure(
+        "tiny", requests=3, prompt=8, tokens=40, state_dtype="float16",
+        versus=("engine.prefill_hold_steps=2", "engine.dtype=bfloat16"),
+    )  # fmt: skip
+    held, bf16 = (
+        result["versus"]["engine.prefill_hold_steps=2"],
+        result["versus"]["engine.dtype=bfloat16"],
+    )
+    # A setting that moves no arithmetic agrees everywhere: the forcing lines up.
+    assert held["forced_agreement"] == {"0-64": 1.0}
+    assert all(b["agreement"] in (None, 1.0) for b in held["forced_agreement_by_margin"].values())
+    # The model in bf16 rounds every activation: some choice flips, so the setting reached it.
+    assert bf16["forced_agreement"]["0-64"] < 1.0
+    assert sum(b["positions"] for b in bf16["forced_agreement_by_margin"].values()) == 3 * 40
+
+
+def test_a_bad_versus_setting_is_one_line_before_any_engine(capsys):
+    with pytest.raises(SystemExit) as stop:
+        main(["--size", "tiny", "--versus", "engine.dense_kernel=cublas"])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "--versus engine.dense_kernel=cublas" in err and "dense_kernel" in err

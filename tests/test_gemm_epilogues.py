@@ -90,6 +90,61 @@ report["ops"] = {
     "torch_close": max((a.float() - b.float()).abs().max().item()
                        for a, b in zip(on[:3], torch_[:3])),
 }
+# a decode step's conv in the in-projection's epilogue: the conv's channels, then z|b|a columns
+# (a tile straddles the boundary: 200 is no multiple of 64); slots permuted, one row uncached
+from types import SimpleNamespace
+from engine.kernels import triton_gdn
+from engine.layers.gated_delta import torch_causal_conv1d_update
+for dtype in (torch.bfloat16, torch.float16):
+    tag = str(dtype)[6:]
+    for m, channels, n, k in ((1, 200, 232, 128), (7, 200, 232, 384), (64, 128, 200, 256)):
+        x = torch.randn(m, k).to(dtype)
+        w = (torch.randn(n, k) / k**0.5).to(dtype)
+        taps = (torch.randn(channels, 4) / 2).to(dtype)
+        pool = torch.randn(m + 3, channels, 3).to(dtype)
+        slots = torch.randperm(m + 3)[:m].int()
+        cached = torch.ones(m, dtype=torch.int32)
+        cached[m // 2] = 0  # its window reads as zeros
+        fused_pool, plain_pool, ref_pool = pool.clone(), pool.clone(), pool.clone()
+        epilogue = triton_gemm.ConvEpilogue(taps, fused_pool, slots, cached, channels)
+        fused = triton_gemm.skinny_linear(x, w, conv=epilogue)
+        product = triton_gemm.skinny_linear(x, w)
+        meta = SimpleNamespace(is_decode=True, cached=cached, state_slots=slots, num_rows=m,
+                               gdn_tables=None)
+        plain = triton_gdn.causal_conv(product[:, :channels], taps, plain_pool, meta)
+        ref_pool[slots.long()[cached == 0]] = 0
+        ref = torch_causal_conv1d_update(product[:, :channels].float(), taps.float(),
+                                         ref_pool, slots.long())
+        others = torch.ones(m + 3, dtype=torch.bool)
+        others[slots.long()] = False
+        report[f"conv-{tag}-{m}x{n}x{k}"] = {
+            "same": same(fused[:, :channels], plain) and same(fused[:, channels:],
+                                                               product[:, channels:]),
+            "windows_same": same(fused_pool, plain_pool),
+            "others_untouched": same(fused_pool[others], pool[others]),
+            "err": (fused[:, :channels].float() - ref).abs().max().item(),
+            "window_err": (fused_pool.float() - ref_pool.float()).abs().max().item(),
+        }
+
+# which steps the CUDA ops fuse the conv into: decode steps on our GEMM, setting on, no bucket
+from engine.layers.gated_delta import GatedDeltaNet
+layer = torch.nn.ModuleDict({"gdn": GatedDeltaNet(64, 2, 2, 16, 16, 4, 1e-6)}).bfloat16()
+xs = torch.zeros(4, 64).bfloat16()
+decode = SimpleNamespace(is_decode=True, token_bucket=None, gdn_tables=None, num_rows=4)
+fused_when = {}
+for name, dense, epilogues, batch, rows in (
+    ("decode", "triton", True, decode, 4),
+    ("setting_off", "triton", False, decode, 4),
+    ("cublas", "torch", True, decode, 4),
+    ("prefill", "triton", True, SimpleNamespace(**{**vars(decode), "is_decode": False}), 4),
+    ("piecewise", "triton", True, SimpleNamespace(**{**vars(decode), "token_bucket": 16}), 4),
+    ("padded_tokens", "triton", True, decode, 16),
+):
+    config = KernelsConfig(dense_kernel=dense, dense_epilogues=epilogues)
+    ops = CudaOps(layer, torch.device("cpu"), 16, config=config)
+    fused_when[name] = ops._conv_fused(layer.gdn, torch.zeros(rows, 64).bfloat16(), batch)
+report["conv_fused_when"] = fused_when
+
 errors = {}
 for name, call in {
     "odd": lambda: triton_gemm.skinny_linear(x, torch.zeros(7, 128).bfloat16(), silu_mul=True),
@@ -99,6 +154,11 @@ for name, call in {
         triton_gemm.skinny_linear(torch.zeros(4, 2048).bfloat16(),
                                   torch.zeros(64, 2048).bfloat16(), partials=True),
         torch.ones(64), 1e-6),
+    "conv_split": lambda: triton_gemm.skinny_linear(
+        torch.zeros(4, 2048).bfloat16(), torch.zeros(64, 2048).bfloat16(),
+        conv=triton_gemm.ConvEpilogue(torch.zeros(32, 4).bfloat16(),
+                                      torch.zeros(4, 32, 3).bfloat16(), torch.arange(4).int(),
+                                      torch.ones(4, dtype=torch.int32), 32)),
 }.items():
     try:
         call()
@@ -152,7 +212,32 @@ def test_cuda_ops_fuse_only_on_our_gemm_with_the_setting_on(report):
     assert ops["torch_close"] <= 0.1
 
 
+def test_conv_epilogue_equals_the_projection_then_the_decode_conv_bit_for_bit(report):
+    """A decode step's in-projection with the causal conv in its epilogue stores what the plain
+    product then triton_gdn.causal_conv store: the conv channels' silu(conv), the other columns
+    as they are, and every row's shifted window (a row with nothing cached from zeros); other
+    slots untouched; within rounding of the torch reference."""
+    conv = {name: r for name, r in report.items() if name.startswith("conv-")}
+    assert len(conv) == 2 * 3
+    for name, result in conv.items():
+        assert result["same"] and result["windows_same"], (name, result)
+        assert result["others_untouched"], name
+        ulp = 2**-7 if "bfloat16" in name else 2**-10
+        assert result["err"] <= 8 * ulp and result["window_err"] == 0.0, (name, result)
+
+
+def test_the_conv_is_fused_only_into_a_decode_steps_projection_on_our_gemm(report):
+    """The in-projection and linear_attention both ask `_conv_fused`: yes for a decode step
+    on our GEMM with the setting on; no with it off, on cuBLAS, for a prefill step, for the
+    piecewise runner's bucket (its pieces replay on other steps) or for padded tokens."""
+    assert report["conv_fused_when"] == {
+        "decode": True, "setting_off": False, "cublas": False, "prefill": False,
+        "piecewise": False, "padded_tokens": False,
+    }  # fmt: skip
+
+
 def test_fused_calls_refuse_what_they_cannot_compute(report):
     errors = report["errors"]
     assert "silu_mul=True" in errors["odd"] and "partials=True" in errors["both"]
+    assert "conv=True" in errors["conv_split"]  # a K split would store each output twice
     assert errors["no_residual"] == "rms_norm of a split product's partials needs the residual"

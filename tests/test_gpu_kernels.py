@@ -539,6 +539,38 @@ def test_gemm_epilogues_equal_the_unfused_kernels(model, rows):
         assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True)), (name, rows)
 
 
+@pytest.mark.parametrize("rows", [1, 16, 64])
+def test_conv_epilogue_equals_the_projection_then_the_decode_conv(rows):
+    """0.8b's Gated DeltaNet in-projection (8224 x 1024: 6144 conv channels, then z|b|a) with
+    the decode step's causal conv in the GEMM's epilogue stores what the plain product and
+    the decode conv kernel store, and shifts the same windows, bit for bit: both sum the
+    taps in one order from the product rounded to bf16 (triton_gdn_conv.conv_decode_step)."""
+    from types import SimpleNamespace
+
+    from engine.kernels import triton_gdn, triton_gemm
+
+    gen = torch.Generator(device=CUDA).manual_seed(rows)
+    n, k = triton_gemm.SHAPES["0.8b"]["gdn_in_proj"]
+    channels = 6144
+    assert triton_gemm.fuses_conv(rows, n, k)
+    x = torch.randn(rows, k, device=CUDA, generator=gen).bfloat16()
+    w = (torch.randn(n, k, device=CUDA, generator=gen) / k**0.5).bfloat16()
+    taps = (torch.randn(channels, 4, device=CUDA, generator=gen) / 2).bfloat16()
+    pool = torch.randn(rows + 8, channels, 3, device=CUDA, generator=gen).bfloat16()
+    slots = torch.randperm(rows + 8, device=CUDA, generator=gen)[:rows].int()
+    cached = torch.ones(rows, dtype=torch.int32, device=CUDA)
+    fused_pool, plain_pool = pool.clone(), pool.clone()
+    epilogue = triton_gemm.ConvEpilogue(taps, fused_pool, slots, cached, channels)
+    fused = triton_gemm.skinny_linear(x, w, conv=epilogue)
+    product = triton_gemm.skinny_linear(x, w)
+    meta = SimpleNamespace(is_decode=True, cached=cached, state_slots=slots, num_rows=rows,
+                           gdn_tables=None)  # fmt: skip
+    plain = triton_gdn.causal_conv(product[:, :channels], taps, plain_pool, meta)
+    assert torch.equal(fused[:, channels:], product[:, channels:])
+    assert torch.equal(fused[:, :channels], plain), (fused[:, :channels] - plain).abs().max()
+    assert torch.equal(fused_pool, plain_pool)
+
+
 def test_skinny_gemm_replays_in_a_cuda_graph():
     """Captured once (its split launch too: 0.8b's down_proj at 64 rows), replayed on new
     inputs: the same output as an eager call on them."""

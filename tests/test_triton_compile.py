@@ -15,7 +15,7 @@ import torch
 
 pytest.importorskip("triton")
 
-from engine.kernels import offline, offline_compile  # noqa: E402
+from engine.kernels import offline, offline_compile, triton_gemm  # noqa: E402
 from engine.kernels.gdn_config import SPLIT_DEFAULT, SPLIT_LEGACY, split_sweep  # noqa: E402
 
 
@@ -100,6 +100,9 @@ def test_skinny_gemm_compiles_for_sm90_at_every_real_shape():
     fused = [g for g in gemms if g.constexprs.get("SILU_MUL")]
     assert len(fused) == 2 * 2 * len(offline.GEMM_ROWS)  # 0.8b and 3b, bf16 and fp16
     assert any(g.constexprs.get("PARTIAL") for g in fused)  # 128 rows: split, sum fused
+    convs = [g for g in gemms if g.args[10] is not None]  # 0.8b's in-projection + its conv
+    assert len(convs) == 2 * sum(triton_gemm.fuses_conv(m, 8224, 1024) for m in offline.GEMM_ROWS)
+    assert {g.args[3] for g in convs} == {1, 16, 64}  # 128 rows split K in two: no epilogue
 
 
 def test_decode_attention_compiles_for_sm90_under_every_launch_the_sweep_tries():

@@ -63,7 +63,7 @@ class KernelsConfig:
     # summed by the norm that reads them (engine/kernels/triton_gemm.py): two launches fewer a
     # layer, the same bits as the unfused kernels.
     dense_epilogues: bool = setting(
-        True, "fuse SiLU-mul and the K split's sum into our GEMM's neighbours"
+        True, "fuse SiLU-mul, the K split's sum and a decode step's conv into our GEMM"
     )
     # "jit" (Triton's own launch, which finds the compiled kernel on every call) or "bound"
     # (the compiled kernel kept per call signature, its launcher called directly: less host

@@ -117,8 +117,7 @@ class CudaOps:
                         decode_kernel=config.decode_attention,
                     )  # fmt: skip
             elif isinstance(module, GatedDeltaNet):
-                proj = (module.in_proj_qkv, module.in_proj_z, module.in_proj_b, module.in_proj_a)
-                self._register(*proj)
+                self._register(*module.projections)
             if hasattr(module, "gate_proj") and hasattr(module, "up_proj"):
                 self._register(module.gate_proj, module.up_proj)
         self.reads_page_table = self.attention_backend is None  # the reference attention does
@@ -161,6 +160,30 @@ class CudaOps:
         weight, sizes = self.packed[linears]
         return list(self._dense(x, weight).split(sizes, dim=-1))
 
+    def gdn_project(self, layer: GatedDeltaNet, x, conv_state, batch) -> list[torch.Tensor]:
+        """The in-projection [mixed, z, b, a]. Where `_conv_fused`, our GEMM's epilogue runs the
+        conv: `mixed` comes back convolved and its windows shifted (linear_attention knows)."""
+        weight, sizes = self.packed[layer.projections]
+        if not self._conv_fused(layer, x, batch):
+            return self.project(x, layer.projections)
+        conv = triton_gemm.ConvEpilogue(
+            layer.conv1d.weight[:, 0, :], conv_state, batch.state_slots, batch.cached,
+            layer.conv_dim,
+        )  # fmt: skip
+        return list(triton_gemm.skinny_linear(x, weight, conv=conv).split(sizes, dim=-1))
+
+    def _conv_fused(self, layer: GatedDeltaNet, x: torch.Tensor, batch) -> bool:
+        """Whether a step's conv runs in its in-projection's epilogue (`dense_epilogues`): a
+        decode step (one token a row, no token bucket: the piecewise runner's pieces are
+        captured on another step) whose product is ours and has no K split. The in-projection
+        and linear_attention ask it of the same layer, rows and step, and agree."""
+        weight, _ = self.packed[layer.projections]
+        return (
+            self.dense_epilogues and batch.is_decode and batch.token_bucket is None
+            and batch.gdn_tables is None and x.shape[0] == batch.num_rows and self._ours(x)
+            and triton_gemm.fuses_conv(x.shape[0], *weight.shape)
+        )  # fmt: skip
+
     def linear(self, layer: nn.Module, x: torch.Tensor, to_norm: bool = False):
         """x @ layer.weight^T. `to_norm`: the product's only reader is the next `norm`, so with
         `dense_epilogues` a split product of our GEMM comes back unsummed
@@ -189,9 +212,10 @@ class CudaOps:
         return self.attention_backend.run(q, k_cache, v_cache, scale)
 
     def linear_attention(self, layer: GatedDeltaNet, mixed, a, b, conv_state, ssm_state, batch):
-        weight = layer.conv1d.weight[:, 0, :]
-        qkv = triton_gdn.causal_conv(mixed, weight, conv_state, batch)
-        return self.delta_rule(layer, qkv, a, b, ssm_state, batch)
+        """The conv (unless the in-projection's epilogue ran it: `_conv_fused`), then the rule."""
+        if not self._conv_fused(layer, mixed, batch):
+            mixed = triton_gdn.causal_conv(mixed, layer.conv1d.weight[:, 0, :], conv_state, batch)
+        return self.delta_rule(layer, mixed, a, b, ssm_state, batch)
 
     def delta_rule(self, layer: GatedDeltaNet, qkv, a, b, ssm_state, batch) -> torch.Tensor:
         """The gated delta rule over the conv's output qkv [T, q | k | v] on the step's kernel

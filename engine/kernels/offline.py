@@ -179,7 +179,8 @@ GEMM_ROWS = (1, 16, 64, triton_gemm.MAX_ROWS)
 def record_gemm_launches(dtype: torch.dtype = torch.bfloat16) -> list[Launch]:
     """The skinny GEMM's launches at every shape of triton_gemm.SHAPES for every row count of
     GEMM_ROWS, as `skinny_linear` plans them, and as `engine.dense_epilogues` runs them: the
-    MLP's gate|up with SiLU-mul fused, the output projections' partials summed by the norm.
+    MLP's gate|up with SiLU-mul fused, the output projections' partials summed by the norm,
+    Gated DeltaNet's in-projection with a decode step's conv.
     The weight is one row broadcast ([N, K], stride 0 along N: nothing of an LM head's 500 MB
     allocated); its compile is the same (a stride of 0 divides by 16 as 1024 does)."""
     launches: list = []
@@ -192,11 +193,22 @@ def record_gemm_launches(dtype: torch.dtype = torch.bfloat16) -> list[Launch]:
                     triton_gemm.skinny_linear(x, weight)
                     if name == "mlp_gate_up":
                         triton_gemm.skinny_linear(x, weight, silu_mul=True)
+                    elif name == "gdn_in_proj" and triton_gemm.fuses_conv(m, n, k):
+                        triton_gemm.skinny_linear(x, weight, conv=_conv_epilogue(m, dtype))
                     elif name in ("out_proj", "o_proj"):
                         product = triton_gemm.skinny_linear(x, weight, partials=True)
                         norm = torch.zeros(n, dtype=torch.float32)
                         triton_norms.rms_norm(product, norm, 1e-6, torch.zeros(m, n, dtype=dtype))
     return launches
+
+
+def _conv_epilogue(rows: int, dtype: torch.dtype):
+    """0.8b's decode conv as the in-projection's epilogue takes it (6144 channels, 4 taps)."""
+    channels = 6144
+    return triton_gemm.ConvEpilogue(
+        torch.zeros(channels, 4, dtype=dtype), torch.zeros(rows + 2, channels, 3, dtype=dtype),
+        torch.arange(rows, dtype=torch.int32), torch.ones(rows, dtype=torch.int32), channels,
+    )  # fmt: skip
 
 
 def record_split_launches(

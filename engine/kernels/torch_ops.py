@@ -30,6 +30,10 @@ class TorchOps:
     def project(self, x: torch.Tensor, linears: tuple[nn.Linear, ...]) -> list[torch.Tensor]:
         return [F.linear(x, linear.weight) for linear in linears]
 
+    def gdn_project(self, layer: GatedDeltaNet, x, conv_state, batch) -> list[torch.Tensor]:
+        """Gated DeltaNet's in-projection [mixed, z, b, a]; the conv is `linear_attention`'s."""
+        return self.project(x, layer.projections)
+
     def linear(self, layer: nn.Module, x: torch.Tensor, to_norm: bool = False) -> torch.Tensor:
         """x @ layer.weight^T: a bias-free Linear, or a tied LM head's embedding. `to_norm`
         (the product's only reader is the next `norm`) changes nothing here."""

@@ -67,36 +67,43 @@ def _conv_state_kernel(
         tl.store(base + j, value.to(STATE.dtype.element_ty), mask=cmask & (n > 0))
 
 
+@triton.jit
+def conv_decode_step(WINDOW, TAPS, x, mask, keep, KW: tl.constexpr):
+    """One token's causal conv + SiLU and its window's shift, elementwise over any shape of
+    (row, channel) pairs: WINDOW points at each pair's K-1 stored inputs (oldest first, its
+    row's slot), TAPS at its channel's K taps, x is the new input (in the model's dtype);
+    `keep` false: the window is zeros (a row with nothing cached). Returns silu(conv) in fp32
+    and stores the window shifted by one, x last. The taps sum in order, oldest first, x last:
+    the decode kernel here and the dense GEMM's fused epilogue (triton_gemm_fused) round
+    alike."""
+    acc = x.to(tl.float32) * 0.0
+    for j in tl.static_range(KW - 1):
+        stored = tl.load(WINDOW + j, mask=mask & keep, other=0.0).to(tl.float32)
+        acc += tl.load(TAPS + j, mask=mask, other=0.0).to(tl.float32) * stored
+    acc += tl.load(TAPS + KW - 1, mask=mask, other=0.0).to(tl.float32) * x.to(tl.float32)
+    for j in tl.static_range(KW - 2):  # ascending: entry j + 1 is read before it is written
+        tl.store(WINDOW + j, tl.load(WINDOW + j + 1, mask=mask & keep, other=0.0), mask=mask)
+    tl.store(WINDOW + KW - 2, x.to(WINDOW.dtype.element_ty), mask=mask)
+    return acc / (1.0 + tl.exp(-acc))
+
+
 @bound
 @triton.jit
 def _conv_decode_kernel(
-    X, W, STATE, OUT, CACHED, SLOTS, stride_xt, C,
-    KW: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr = False,
+    X, W, STATE, OUT, CACHED, SLOTS, stride_xt, C, KW: tl.constexpr, BLOCK_C: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):  # fmt: skip
     """A decode step's conv (one token a row, so token = row) and its state shift, in one
-    program per (row, channel block): both read the old window before either is stored."""
+    program per (row, channel block)."""
     pdl_start(PDL)
     row = tl.program_id(0)
     cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     cmask = cols < C
-    taps = tl.arange(0, BLOCK_K)  # the window's K-1 stored inputs (BLOCK_K >= K-1)
-    stored = taps < KW - 1
     keep = tl.load(CACHED + row) > 0
-    base = STATE + tl.load(SLOTS + row).to(tl.int64) * C * (KW - 1) + cols[:, None] * (KW - 1)
-    window = tl.load(base + taps[None, :], mask=cmask[:, None] & stored[None, :] & keep, other=0.0)
+    window = STATE + tl.load(SLOTS + row).to(tl.int64) * C * (KW - 1) + cols * (KW - 1)
     x = tl.load(X + row * stride_xt + cols, mask=cmask, other=0.0)
-    w = tl.load(W + cols[:, None] * KW + taps[None, :], mask=cmask[:, None] & stored[None, :],
-                other=0.0).to(tl.float32)  # fmt: skip
-    w_last = tl.load(W + cols * KW + KW - 1, mask=cmask, other=0.0).to(tl.float32)
-    acc = tl.sum(w * window.to(tl.float32), axis=1) + w_last * x.to(tl.float32)
-    tl.store(OUT + row * C + cols, (acc / (1.0 + tl.exp(-acc))).to(OUT.dtype.element_ty),
-             mask=cmask)  # fmt: skip
-    # The new window: the old one shifted by one, this token last.
-    shifted = tl.load(base + taps[None, :] + 1, mask=cmask[:, None] & (taps[None, :] + 1 < KW - 1)
-                      & keep, other=0.0)  # fmt: skip
-    shifted = tl.where(taps[None, :] == KW - 2, x[:, None].to(shifted.dtype), shifted)
-    tl.store(base + taps[None, :], shifted.to(STATE.dtype.element_ty),
-             mask=cmask[:, None] & stored[None, :])  # fmt: skip
+    out = conv_decode_step(window, W + cols * KW, x, cmask, keep, KW)
+    tl.store(OUT + row * C + cols, out.to(OUT.dtype.element_ty), mask=cmask)
 
 
 def causal_conv(x, weight, conv_state, meta) -> torch.Tensor:
@@ -119,7 +126,7 @@ def causal_conv(x, weight, conv_state, meta) -> torch.Tensor:
     if tokens and staged is None and getattr(meta, "is_decode", False):
         _conv_decode_kernel[(tokens, grid_c)](
             x, weight, conv_state, out, meta.cached, meta.state_slots, x.stride(0), channels,
-            KW=kernel, BLOCK_C=block, BLOCK_K=triton.next_power_of_2(kernel - 1),
+            KW=kernel, BLOCK_C=block,
         )  # fmt: skip
     elif tokens:
         _conv_kernel[(tokens, grid_c)](

@@ -47,10 +47,10 @@ depends on no earlier kernel, so its first bytes stream while that kernel finish
 loop then reads them from L2. A GEMM here is ~7-10 us of launch, ramp and latency for ~2-4 us
 of weight traffic (0.8b, 64 rows): the wait is what the prefetch hides.
 
-Epilogues (`engine.dense_epilogues`, docs/KERNELS.md): `silu_mul=True` takes the MLP's packed
-[gate; up] and stores silu(gate) * up, each program half gate's rows and half up's (the plan's
-programs and bytes); `partials=True` hands a split product's fp32 partials (`Partials`) to the
-norm that reads it, which sums them: both round where the unfused kernels round (INVARIANTS 89).
+Epilogues (`engine.dense_epilogues`, triton_gemm_fused.py, docs/KERNELS.md): `silu_mul=True`
+(the MLP's [gate; up]: silu(gate) * up), `partials=True` (a split's fp32 partials for the norm
+that sums them), `conv=` (a decode step's Gated DeltaNet conv on the in-projection's product):
+each rounds where the unfused kernels round (INVARIANTS 89).
 
 x's rows may be strided (a gathered or split view), its last axis contiguous; the weight is
 [N, K] contiguous (a Linear's, a packed buffer's, or a view of its rows). Grids come from the
@@ -67,8 +67,17 @@ import triton.language as tl
 
 from engine.config.kernels import DENSE_MAX_ROWS
 from engine.kernels import SMS
+from engine.kernels.triton_gemm_fused import (
+    ConvEpilogue,
+    Partials,
+    _conv_epilogue,
+    _prefetch_l2,
+    _silu_mul,
+)
 from engine.kernels.triton_launch import bound
 from engine.kernels.triton_pdl import pdl_start
+
+__all__ = ["MAX_ROWS", "ConvEpilogue", "Partials", "fuses_conv", "plan", "skinny_linear", "takes"]
 
 MAX_ROWS = DENSE_MAX_ROWS  # callers run torch's GEMM above this many rows (prefill steps)
 MAX_SPLIT = 8  # partials of at most 8 x M x N fp32 (2 MB at M = 64, N = 1024)
@@ -134,10 +143,10 @@ def plan(m: int, n: int, k: int, split: int | None = None) -> GemmPlan:
 @bound
 @triton.jit(do_not_specialize=["M"])  # a step's rows: one compile per BLOCK_M, not per M % 16
 def _skinny_gemm_kernel(
-    X, W, OUT, M, N, K, stride_xm, stride_wn, stride_om, K_PER_SPLIT,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
-    LINES: tl.constexpr = 1, SILU_MUL: tl.constexpr = False, PARTIAL: tl.constexpr = False,
-    PDL: tl.constexpr = False,
+    X, W, OUT, M, N, K, stride_xm, stride_wn, stride_om, K_PER_SPLIT, CONV_STATE, CONV_W, SLOTS,
+    CACHED, CHANNELS, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    EVEN_K: tl.constexpr, LINES: tl.constexpr = 1, SILU_MUL: tl.constexpr = False,
+    PARTIAL: tl.constexpr = False, PDL: tl.constexpr = False, KW: tl.constexpr = 4,
 ):  # fmt: skip
     """Program (n tile, split): its rows of the tile, fp32 over its K-slice. Without a split
     (PARTIAL off) it stores in OUT's dtype; with one, fp32 partials at OUT + split * M *
@@ -175,33 +184,13 @@ def _skinny_gemm_kernel(
     mask = (rows[None, :] < M) & col_ok
     if SILU_MUL and not PARTIAL:
         tl.store(out, _silu_mul(acc, acc_up, OUT.dtype.element_ty), mask=mask)
+    elif CONV_STATE is not None:
+        tl.store(out, _conv_epilogue(acc, rows, cols, mask, M, CONV_STATE, CONV_W, SLOTS, CACHED,
+                                     CHANNELS, KW, OUT.dtype.element_ty), mask=mask)  # fmt: skip
     else:
         tl.store(out, acc.to(OUT.dtype.element_ty), mask=mask)
         if SILU_MUL:
             tl.store(out + N, acc_up.to(OUT.dtype.element_ty), mask=mask)
-
-
-@triton.jit
-def _silu_mul(gate, up, DTYPE: tl.constexpr):
-    """silu(gate) * up in DTYPE from fp32 sums, rounded where the unfused pair rounds: each
-    product to DTYPE (the GEMM's output), silu to DTYPE, the product once
-    (triton_norms._silu_mul_kernel)."""
-    gate = gate.to(DTYPE).to(tl.float32)
-    act = (gate / (1.0 + tl.exp(-gate))).to(DTYPE).to(tl.float32)
-    return (act * up.to(DTYPE).to(tl.float32)).to(DTYPE)
-
-
-@triton.jit
-def _prefetch_l2(W, rows, start, N, K, stride_wn, LINES: tl.constexpr):
-    """`prefetch.global.L2` of LINES 128-byte lines from column `start` of each weight row in
-    `rows`, every address clamped inside the [N, K] weight (a hint: nothing is loaded to a
-    register, nothing waits for it)."""
-    rows = tl.minimum(rows, N - 1).to(tl.int64)
-    ks = tl.minimum(start + tl.arange(0, LINES) * 64, K - 1)  # LINE values a line
-    at = W + rows[:, None] * stride_wn + ks[None, :]
-    tl.inline_asm_elementwise(
-        "prefetch.global.L2 [$1]; // $0", "=r,l", [at], dtype=tl.int32, is_pure=False, pack=1
-    )
 
 
 @bound
@@ -234,34 +223,32 @@ def _split_sum_kernel(
 SUM_BLOCK = 1024
 
 
-class Partials(NamedTuple):
-    """A split GEMM's fp32 partial products [split, M, N], not yet summed (`skinny_linear`'s
-    `partials=True`): for a reader that sums them itself (triton_norms.rms_norm), which saves
-    the sum's launch and its rounded [M, N] round trip."""
-
-    sums: torch.Tensor
-    dtype: torch.dtype  # the product's, once summed and rounded
-
-
 def skinny_linear(
     x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = None,
     split: int | None = None, silu_mul: bool = False, partials: bool = False,
+    conv: ConvEpilogue | None = None,
 ) -> torch.Tensor | Partials:  # fmt: skip
     """x [M, K] (bf16/fp16, M <= MAX_ROWS, rows may be strided) @ weight[N, K]^T -> [M, N] in
     x's dtype, accumulated in fp32; into `out` ([M, N], rows may be strided) when given.
     `split` forces the K split (`plan`'s otherwise). `silu_mul`: weight is [gate; up] (N even)
     and the result silu(gate) * up [M, N / 2], as triton_norms.silu_mul of the product.
     `partials`: a split product comes back as its `Partials`, unsummed (not with `out` or
-    `silu_mul`; a product without a split comes back summed)."""
+    `silu_mul`; a product without a split comes back summed). `conv`: x's rows are a decode
+    step's (one token each) and the product's first conv.channels columns come back as their
+    causal conv + SiLU, each row's window in conv.state shifted, as triton_gdn.causal_conv of
+    the product computes (only where `fuses_conv`: no split)."""
     m, k = x.shape
     n = weight.shape[0]
     if (
         x.dtype not in DTYPES or m > MAX_ROWS or weight.shape[1] != k
         or (silu_mul and (n % 2 or partials)) or (partials and out is not None)
+        or (conv is not None and (silu_mul or partials or conv.channels > n
+                                  or not fuses_conv(m, n, k, split)))
     ):  # fmt: skip
         raise ValueError(
             f"skinny_linear: x {tuple(x.shape)} {x.dtype}, weight {tuple(weight.shape)}, "
-            f"silu_mul={silu_mul}, partials={partials}, out={out is not None}"
+            f"silu_mul={silu_mul}, partials={partials}, out={out is not None}, "
+            f"conv={conv is not None}"
         )
     if x.stride(1) != 1:
         x = x.contiguous()
@@ -278,9 +265,10 @@ def skinny_linear(
     stride_target = out.stride(0) if p.split == 1 else n
     _skinny_gemm_kernel[(triton.cdiv(n_out, block_n), p.split)](
         x, weight, target, m, n_out, k, x.stride(0), weight.stride(0), stride_target,
-        p.k_per_split, BLOCK_M=p.block_m, BLOCK_N=block_n, BLOCK_K=p.block_k,
-        EVEN_K=k % p.block_k == 0, LINES=p.prefetch_lines, SILU_MUL=silu_mul,
-        PARTIAL=p.split > 1, num_warps=p.warps, num_stages=p.stages,
+        p.k_per_split, *_conv_arguments(conv), BLOCK_M=p.block_m, BLOCK_N=block_n,
+        BLOCK_K=p.block_k, EVEN_K=k % p.block_k == 0, LINES=p.prefetch_lines,
+        SILU_MUL=silu_mul, PARTIAL=p.split > 1, num_warps=p.warps, num_stages=p.stages,
+        **({} if conv is None else {"KW": conv.weight.shape[1]}),
     )  # fmt: skip
     if p.split == 1:
         return out
@@ -291,3 +279,16 @@ def skinny_linear(
         SILU_MUL=silu_mul, num_warps=4,
     )  # fmt: skip
     return out
+
+
+def fuses_conv(m: int, n: int, k: int, split: int | None = None) -> bool:
+    """Whether x [m, k] @ W[n, k]^T can carry the conv epilogue: a product without a K split
+    (each output element stored once, by the program that summed it)."""
+    return plan(m, n, k, split).split == 1
+
+
+def _conv_arguments(conv: ConvEpilogue | None) -> tuple:
+    """The kernel's CONV_STATE, CONV_W, SLOTS, CACHED, CHANNELS (None and 0: no conv)."""
+    if conv is None:
+        return (None, None, None, None, 0)
+    return (conv.state, conv.weight, conv.slots, conv.cached, conv.channels)

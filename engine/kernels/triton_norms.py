@@ -14,7 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-from engine.kernels.triton_gemm import Partials
+from engine.kernels.triton_gemm_fused import Partials
 from engine.kernels.triton_launch import bound
 from engine.kernels.triton_pdl import pdl_start
 

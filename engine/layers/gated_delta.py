@@ -142,6 +142,8 @@ class GatedDeltaNet(nn.Module):
         self.dt_bias = nn.Parameter(torch.ones(v_heads))
         self.norm = GatedRMSNorm(v_dim, eps)
         self.out_proj = nn.Linear(v_heads * v_dim, hidden, bias=False)
+        # the Linears of the layer's input, in the order `gdn_project` returns their products
+        self.projections = (self.in_proj_qkv, self.in_proj_z, self.in_proj_b, self.in_proj_a)
 
     def _split(self, mixed: torch.Tensor):
         tokens, key_dim = mixed.shape[0], self.k_heads * self.k_dim
@@ -161,8 +163,7 @@ class GatedDeltaNet(nn.Module):
         """x [T, hidden] of the step's rows; reads and updates each row's state slot through
         the step's ops (the torch reference or the CUDA kernels)."""
         ops = batch.ops
-        projections = (self.in_proj_qkv, self.in_proj_z, self.in_proj_b, self.in_proj_a)
-        mixed, z, b, a = ops.project(x, projections)
+        mixed, z, b, a = ops.gdn_project(self, x, conv_state, batch)
         core = ops.linear_attention(self, mixed, a, b, conv_state, ssm_state, batch)
         return ops.linear(self.out_proj, ops.gated_norm(core, z, self.norm), to_norm=True)
 

@@ -84,7 +84,7 @@ class Engine:
         side = scheduling.prefill_stream and self.device.type == "cuda"
         prefill_ops, prefill_inputs = staged() if side else (None, None)
         # the decode graphs' stream and the prefill lane's: never one CUDA stream (streams.py)
-        capture, prefill_stream = own_streams(self.device, 2) if side else (None, None)
+        capture, prefill_stream = own_streams(self.device, 2, self) if side else (None, None)
         check_double_buffering(self.inputs, self.ops, parts.loop.overlap, self.device)
         if scheduling.split_mixed:  # two stagings and plans a step: a slot's next use may come
             # before its last copy ran; wait for it there (engine/staging.py, INVARIANTS 64)

@@ -73,7 +73,7 @@ class DecodeGraphs:
         (engine/worker/streams.py; default: one of its own)."""
         self.model, self.cache, self.ops, self.inputs = model, cache, ops, inputs
         self.greedy = greedy
-        self.stream = stream or own_streams(next(model.parameters()).device, 1)[0]
+        self.stream = stream or own_streams(next(model.parameters()).device, 1, self)[0]
         self.buckets = buckets_up_to(max_rows)
         self.steps: dict[tuple[int, int], CapturedStep] = {}  # (bucket, slot) -> graph
         start = time.perf_counter()

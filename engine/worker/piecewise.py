@@ -165,7 +165,7 @@ class PiecewiseGraphs:
         """`stream`: where the pieces are warmed up and captured: the stream they replay on
         beside another lane (the prefill stream), or one of their own (streams.py)."""
         self.model, self.cache, self.ops, self.inputs = model, cache, ops, inputs
-        self.stream = stream or own_streams(next(model.parameters()).device, 1)[0]
+        self.stream = stream or own_streams(next(model.parameters()).device, 1, self)[0]
         self.buckets = token_buckets_up_to(max_tokens)
         self.gdn_captured = "linear_attention" not in split_ops(ops)
         self.bodies: dict[int, CapturedBody] = {}

@@ -185,6 +185,7 @@ class StepInputs:
                 host["kv_lens"],
             ),
             gdn_tables=self._gdn_tables(dev) if gdn_tables else None,
+            token_bucket=pad_tokens_to,
         )
 
     def _gdn_tables(self, dev: dict[str, torch.Tensor]) -> GdnTables:

@@ -92,7 +92,7 @@ class WindowDecoder:
         self.network, self.node, self.capacity = network, node, capacity
         self.device = next(network.parameters()).device
         cuda = self.device.type == "cuda"
-        self.cuda_stream = own_streams(self.device, 1)[0] if cuda else None  # streams.py
+        self.cuda_stream = own_streams(self.device, 1, self)[0] if cuda else None  # streams.py
         self.pcm_hosts: list[torch.Tensor | None] = [None, None]  # sized at first use
         self.slot = 0  # the host buffers (the PCM's here, the codes' in the graphs) next used
 

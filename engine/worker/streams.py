@@ -20,17 +20,21 @@ import torch
 
 POOL = 32  # torch's streams of one priority a device (c10's kStreamsPerPool)
 
-_held: weakref.WeakSet = weakref.WeakSet()  # the streams live lanes own
+# The CUDA stream handles live lanes own. By handle, released when the owner is collected:
+# not a weak set of the streams, since torch.cuda.Stream's weak references dangle (a
+# process crashed reading one after its stream was freed: torch's stream type does not clear
+# them when it is deallocated).
+_held: set[int] = set()
 
 
-def own_streams(device: torch.device, count: int) -> list[torch.cuda.Stream]:
-    """`count` streams of `device`, each a CUDA stream that no other stream this function
-    handed out, and that is still alive, is: drawn from torch's pool until enough are new.
-    RuntimeError if the pool has too few left even after collecting."""
+def own_streams(device: torch.device, count: int, owner: object) -> list[torch.cuda.Stream]:
+    """`count` streams of `device`, each a CUDA stream no live owner holds, drawn from torch's
+    pool until enough are new; they stay held until `owner` (the lane: an engine, a graph
+    runner) is collected. RuntimeError if the pool has too few left even after collecting."""
     for _ in range(2):
         # a CUDA stream's handle is unique in the process, whatever its device (and `device`
         # may name no index: torch.device("cuda"))
-        held = {stream.cuda_stream for stream in _held}
+        held = set(_held)
         drawn: list[torch.cuda.Stream] = []
         for _drawn in range(POOL):
             stream = torch.cuda.Stream(device)
@@ -38,10 +42,11 @@ def own_streams(device: torch.device, count: int) -> list[torch.cuda.Stream]:
                 held.add(stream.cuda_stream)
                 drawn.append(stream)
                 if len(drawn) == count:
-                    for own in drawn:
-                        _held.add(own)
+                    handles = [own.cuda_stream for own in drawn]
+                    _held.update(handles)
+                    weakref.finalize(owner, _held.difference_update, handles)
                     return drawn
-        gc.collect()  # a dead engine's streams, kept by a reference cycle until collected
+        gc.collect()  # a dead engine, kept by a reference cycle until collected
     raise RuntimeError(
         f"no {count} CUDA streams of {device} left that no live engine holds "
         f"({len(held)} of torch's pool of {POOL} are held)"
