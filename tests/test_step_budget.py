@@ -46,6 +46,19 @@ def test_the_table_sums_each_class_and_divides_by_steps():
     assert [r.name for r in sb.budget(kernels, 2, {}, 4800.0)] == ["gemm", "gdn", "other"]
 
 
+def test_a_conv_fused_into_the_gemm_moves_its_bytes_to_the_gemms_row():
+    """engine.dense_epilogues runs a decode step's conv in the in-projection's GEMM: with no
+    conv kernel, the conv's bytes are the GEMM's to move (its floor grows by them); with
+    one, the conv keeps its own row."""
+    moved = {"gemm": 4_800_000, "conv": 480_000}
+    fused = {r.name: r for r in sb.budget([("nvjet_gemm", 2.0)], 1, moved, 4800.0)}
+    assert set(fused) == {"gemm"} and fused["gemm"].bytes == 5_280_000
+    assert fused["gemm"].floor_us == 1.1
+    kernels = [("nvjet_gemm", 2.0), ("_conv_decode_kernel", 1.0)]
+    apart = {r.name: r for r in sb.budget(kernels, 1, moved, 4800.0)}
+    assert apart["gemm"].bytes == 4_800_000 and apart["conv"].bytes == 480_000
+
+
 def test_the_whole_benchmark_runs_on_the_cpu_and_counts_the_engines_bytes(tmp_path, capsys):
     out = tmp_path / "budget.md"
     sb.main(["--size", "tiny", "--batch", "4", "--context", "16", "--steps", "2",
