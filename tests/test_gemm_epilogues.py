@@ -17,6 +17,7 @@ pytest.importorskip("triton")
 
 EPILOGUE_CHECK = r"""
 import json
+from types import SimpleNamespace
 import torch
 from engine.config import KernelsConfig
 from engine.kernels import triton_gemm, triton_norms
@@ -90,9 +91,37 @@ report["ops"] = {
     "torch_close": max((a.float() - b.float()).abs().max().item()
                        for a, b in zip(on[:3], torch_[:3])),
 }
+# a layer's down_proj handed to the next layer's input norm unsummed (`to_norm`): three
+# layers with an identity mixer, each output to the next; the last one summed
+from engine.models.decoder import DecoderLayer
+
+
+class Block(DecoderLayer):
+    def mix(self, h, cos, sin, batch, cache):
+        return h
+
+
+blocks = torch.nn.ModuleList(Block(128, 2048, 1e-6) for _ in range(3))
+for block in blocks:
+    for norm in (block.input_layernorm, block.post_attention_layernorm):
+        norm.weight.data.normal_(0, 0.1)
+blocks = blocks.to(torch.bfloat16)
+outs, kinds, start = {}, {}, torch.randn(9, 128).bfloat16()
+for handed in (True, False):
+    ops = CudaOps(blocks, torch.device("cpu"), 16, config=KernelsConfig(dense_kernel="triton"))
+    batch = SimpleNamespace(ops=ops)
+    h, res, seen = start, None, []
+    for i, block in enumerate(blocks):
+        h, res = block(h, res, None, None, batch, None, to_norm=handed and i < 2)
+        seen.append(type(h).__name__)
+    outs[handed], kinds[handed] = (h, res), seen
+report["layers"] = {
+    "kinds": kinds[True], "plain_kinds": kinds[False],
+    "same": all(same(a, b) for a, b in zip(outs[True], outs[False])),
+}
+
 # a decode step's conv in the in-projection's epilogue: the conv's channels, then z|b|a columns
 # (a tile straddles the boundary: 200 is no multiple of 64); slots permuted, one row uncached
-from types import SimpleNamespace
 from engine.kernels import triton_gdn
 from engine.layers.gated_delta import torch_causal_conv1d_update
 for dtype in (torch.bfloat16, torch.float16):
@@ -210,6 +239,16 @@ def test_cuda_ops_fuse_only_on_our_gemm_with_the_setting_on(report):
     assert ops["kinds"] == ["Partials", "Tensor", "Tensor"]
     assert ops["same"]
     assert ops["torch_close"] <= 0.1
+
+
+def test_a_layers_split_down_proj_is_summed_by_the_next_layers_input_norm(report):
+    """With `to_norm`, each layer's down_proj (K 2048: split) comes back as partials, which the
+    next layer's input norm sums; the last layer's is summed (its rows are indexed). The
+    stack's output and residual are the summed path's, bit for bit."""
+    layers = report["layers"]
+    assert layers["kinds"] == ["Partials", "Partials", "Tensor"]
+    assert layers["plain_kinds"] == ["Tensor"] * 3
+    assert layers["same"]
 
 
 def test_conv_epilogue_equals_the_projection_then_the_decode_conv_bit_for_bit(report):

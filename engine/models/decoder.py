@@ -46,15 +46,19 @@ class DecoderLayer(nn.Module):
     def mix_full(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
-    def forward(self, x, residual, cos, sin, batch: ForwardBatch, cache: KVCache):
+    def forward(self, x, residual, cos, sin, batch: ForwardBatch, cache: KVCache, to_norm=False):
         """The cached path. The residual stream is carried beside the layer's output so each
-        norm fuses the add before it: returns (this layer's output, residual before it)."""
+        norm fuses the add before it: returns (this layer's output, residual before it).
+        `to_norm`: the output's only reader is the next layer's input norm (`ops.linear`'s
+        `to_norm`: a split product may come back unsummed, which that norm sums); x may be
+        such a product of the layer before."""
         ops = batch.ops
         h, residual = ops.norm(x, self.input_layernorm, residual)
         h = self.mix(h, cos, sin, batch, cache)
         h, residual = ops.norm(h, self.post_attention_layernorm, residual)
         mlp = self.mlp
-        return ops.linear(mlp.down_proj, ops.swiglu(h, mlp.gate_proj, mlp.up_proj)), residual
+        act = ops.swiglu(h, mlp.gate_proj, mlp.up_proj)
+        return ops.linear(mlp.down_proj, act, to_norm=to_norm), residual
 
     def forward_full(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         x = x + self.mix_full(self.input_layernorm(x), cos, sin)
@@ -161,8 +165,9 @@ class CausalLM(nn.Module):
         each: the token-wise body of the step (what the piecewise graph runner captures)."""
         x, residual = self.model.embed_tokens(batch.input_ids), None
         cos, sin = self.rotary(batch.positions)
-        for layer in self.model.layers:
-            x, residual = layer(x, residual, cos, sin, batch, cache)
+        last = len(self.model.layers) - 1
+        for i, layer in enumerate(self.model.layers):  # the last layer's output is indexed
+            x, residual = layer(x, residual, cos, sin, batch, cache, to_norm=i < last)
         return x, residual
 
     def logits_at(self, x, residual, rows: torch.Tensor, ops, float32: bool = True):
