@@ -19,7 +19,7 @@ SUITES=(
   "budget|the decode step's per-kernel time budget at batch 64 and 128, then Orpheus 3b's step and codec step (docs/KERNELS.md)|BUDGET_BATCHES=\"64 128\" BUDGET_ORPHEUS=64 (0: none)"
   "loop|the served decode iteration apart (bench_decode_loop), strict and overlapped, profiled|LOOP_ARGS=extra options, e.g. --closed or --pdl"
   "kernels|each kernel benchmark: Gated DeltaNet, decode attention, our GEMM, the launch cost|-"
-  "accuracy|engine.state_dtype bfloat16 against float32: greedy agreement at 0.8b|ACCURACY_ARGS ACCURACY_TIMEOUT=400"
+  "accuracy|engine.state_dtype bfloat16 (or --state-dtype float16) against float32: greedy agreement at 0.8b, and with --versus engine.KEY=V a kernel change's|ACCURACY_ARGS ACCURACY_TIMEOUT=400"
   "figures|one fresh server per load: the figures table and the iteration's phases|FIGURES_SCENARIO=qwen35 FIGURES_C=\"64 128\" FIGURES_SET=engine.k=v,..."
   "run|one bench run --abba|RUN_C=64 RUN_ARGS=arms and load (default graphs off vs on)"
   "verdicts|planted ~3% GPU delay must exit 1, an A/A exit 0 (2 blocks at c=64)|VERDICTS=\"planted aa\" VERDICT_SET VERDICT_DELAY_US=70 VERDICT_LOAD"
