@@ -194,7 +194,7 @@ def record_gemm_launches(dtype: torch.dtype = torch.bfloat16) -> list[Launch]:
                     if name == "mlp_gate_up":
                         triton_gemm.skinny_linear(x, weight, silu_mul=True)
                     elif name == "gdn_in_proj" and triton_gemm.fuses_conv(m, n, k):
-                        triton_gemm.skinny_linear(x, weight, conv=_conv_epilogue(m, dtype))
+                        triton_gemm.skinny_linear(x, weight, conv=_in_proj_conv(m, dtype))
                     elif name in ("out_proj", "o_proj"):
                         product = triton_gemm.skinny_linear(x, weight, partials=True)
                         norm = torch.zeros(n, dtype=torch.float32)
@@ -202,7 +202,7 @@ def record_gemm_launches(dtype: torch.dtype = torch.bfloat16) -> list[Launch]:
     return launches
 
 
-def _conv_epilogue(rows: int, dtype: torch.dtype):
+def _in_proj_conv(rows: int, dtype: torch.dtype):
     """0.8b's decode conv as the in-projection's epilogue takes it (6144 channels, 4 taps)."""
     channels = 6144
     return triton_gemm.ConvEpilogue(
