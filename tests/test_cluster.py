@@ -27,6 +27,10 @@ from harness.measure.server import free_port  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 LOAD = ["-c", "4", "--requests", "16", "--warmup", "4", "--output-len", "8", "--input-len", "8"]
+# Every run here is A/A on one mock and tests a folder's shape, not a verdict: a 2-CPU CI runner
+# shared with Ray can make one arm >=1% slower with confidence (it did once), so the exit code's
+# line is moved out of the noise's reach. The verdicts' own tests are tests/test_verdicts.py.
+AA = ["--fail-at", "0.5", "--allow-interference"]
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +63,7 @@ def local_ray():
 
 
 def _run(url: str, out: Path, *extra: str):
-    args = ["run", "qwen35", "--abba", "--blocks", "2", *LOAD, "--allow-interference"]
+    args = ["run", "qwen35", "--abba", "--blocks", "2", *LOAD, *AA]
     args += ["--arm", f"a={url}", "--arm", f"b={url}", "--out", str(out), *extra]
     return CliRunner().invoke(app, args)
 
@@ -106,7 +110,7 @@ def test_a_two_block_cluster_run_has_a_local_runs_tables_and_verdict_columns(
     assert CliRunner().invoke(app, ["report", str(there)]).exit_code == 0
     more = CliRunner().invoke(
         app,
-        ["run", "qwen35", "--abba", "--blocks", "1", *LOAD, "--allow-interference", "--arm",
+        ["run", "qwen35", "--abba", "--blocks", "1", *LOAD, *AA, "--arm",
          f"a={mock_url}", "--arm", f"b={mock_url}", "--out", str(there), "--continue",
          "--cluster", "auto"],
     )  # fmt: skip
