@@ -169,16 +169,19 @@ def agreement_by_margin(
 
 def measure(
     size: str, requests: int, prompt: int, tokens: int, seed: int = 0,
-    state_dtype: str = "bfloat16", versus: tuple[str, ...] = (),
+    state_dtype: str = "bfloat16", versus: tuple[str, ...] = (), base: str | None = None,
 ) -> dict:  # fmt: skip
-    """`versus`: engine settings (`engine.KEY=VALUE`), each a teacher-forced fp32 run of its own."""
+    """`versus`: engine settings (`engine.KEY=VALUE`), each a teacher-forced fp32 run of its own.
+    `base`: settings under every run (`--set`), e.g. `engine.device=cpu,engine.dtype=float32`
+    to read a GPU size's shapes on a CPU."""
+    under = parse_overrides(base)
     gen = torch.Generator().manual_seed(seed)
     vocab = vocab_size(load_scenario("qwen35", size).model)
     prompts = [torch.randint(1, vocab, (prompt,), generator=gen).tolist() for _ in range(requests)]
     extra = [torch.randint(1, vocab, (prompt,), generator=gen).tolist()]
 
     def run(state_dtype, batch, forced=None, margins=False, settings=None) -> Decodes:
-        engine = _engine(size, state_dtype, len(batch), settings)
+        engine = _engine(size, state_dtype, len(batch), under | (settings or {}))
         try:
             return greedy(engine, batch, tokens, forced, margins)
         finally:
@@ -204,7 +207,7 @@ def measure(
     diverged_at = stats.summarise([f for f in firsts if f is not None])
     return {
         "size": size, "state_dtype": state_dtype, "requests": requests, "prompt": prompt,
-        "tokens": tokens,
+        "tokens": tokens, "settings": base or "",
         "free_identical": firsts.count(None),
         "free_first_difference_median": diverged_at.median if diverged_at else None,
         "forced_agreement": agreement_by_band(forced, reference.tokens),
@@ -227,14 +230,19 @@ def main(argv: list[str] | None = None) -> None:
         "--versus", action="append", default=[], metavar="engine.KEY=VALUE",
         help="also a teacher-forced fp32 run with this setting changed (repeatable)",
     )  # fmt: skip
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="engine.KEY=VALUE", dest="base",
+        help="a setting under every run (repeatable), e.g. engine.device=cpu",
+    )  # fmt: skip
     args = parser.parse_args(argv)
-    for setting in args.versus:  # a bad setting ends here, before any engine is built
-        try:
-            load_scenario("qwen35", args.size, parse_overrides(setting))
+    base = ",".join(args.base)
+    for flag, setting in [("--set", base), *(("--versus", s) for s in args.versus)]:
+        try:  # a bad setting ends here, before any engine is built
+            load_scenario("qwen35", args.size, parse_overrides(base) | parse_overrides(setting))
         except ConfigError as error:
-            parser.error(f"--versus {setting}: {error}")
+            parser.error(f"{flag} {setting}: {error}")
     figures = measure(args.size, args.requests, args.prompt, args.tokens,
-                      state_dtype=args.state_dtype, versus=tuple(args.versus))  # fmt: skip
+                      state_dtype=args.state_dtype, versus=tuple(args.versus), base=base)  # fmt: skip
     print(json.dumps(figures, indent=1))
 
 

@@ -108,3 +108,23 @@ def test_a_bad_versus_setting_is_one_line_before_any_engine(capsys):
     assert stop.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert "--versus engine.dense_kernel=cublas" in err and "dense_kernel" in err
+
+
+def test_set_is_under_every_run_and_a_versus_goes_over_it():
+    """`--set engine.dtype=bfloat16` makes every run bf16, the reference too: a versus of
+    `engine.dtype=float32` then differs from the reference (were --set not under it, both would
+    be the size's fp32 and agree everywhere, as the held-steps setting above does)."""
+    result = measure(
+        "tiny", requests=3, prompt=8, tokens=40, state_dtype="float16",
+        versus=("engine.dtype=float32",), base="engine.dtype=bfloat16",
+    )  # fmt: skip
+    assert result["settings"] == "engine.dtype=bfloat16"
+    assert result["versus"]["engine.dtype=float32"]["forced_agreement"]["0-64"] < 1.0
+
+
+def test_a_bad_set_is_one_line_before_any_engine(capsys):
+    with pytest.raises(SystemExit) as stop:
+        main(["--size", "tiny", "--set", "engine.device=tpu"])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "--set engine.device=tpu" in err

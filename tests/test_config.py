@@ -89,6 +89,10 @@ def test_overrides_are_typed():
      "engine.gdn_decode must be one of grid, pipelined, got 'persistent'"),
     ("qwen35", "0.8b", "engine.decode_attention=fa3",
      "engine.decode_attention must be one of flashinfer, triton, got 'fa3'"),
+    ("qwen35", "tiny", "engine.device=tpu", "engine.device must be one of cpu, cuda, got 'tpu'"),
+    ("qwen35", "tiny", "engine.dtype=int8",
+     "engine.dtype must be one of float32, bfloat16, float16, got 'int8'"),
+    ("qwen35", "tiny", "engine.cpu_threads=0", "engine.cpu_threads must be at least 1, got 0"),
     ("orpheus", "tiny", "engine.decode_attention=true",
      "engine.decode_attention must be a string, got True"),
 ])  # fmt: skip
