@@ -15,18 +15,35 @@ from tests.test_triton_interpret import WIDENED_BF16_DOT, _interpret
 
 pytest.importorskip("triton")
 
-EPILOGUE_CHECK = r"""
+# The interpreter scripts' common head (tests/test_gemm_prologues.py's too): its report,
+# filled in and printed as the last line
+SCRIPT_HEAD = r"""
 import json
 from types import SimpleNamespace
 import torch
 from engine.config import KernelsConfig
 from engine.kernels import triton_gemm, triton_norms
 from engine.kernels.cuda_ops import CudaOps
-from engine.layers.norm import RMSNorm
-from engine.models.decoder import GatedMLP
 
 torch.manual_seed(0)
 report = {}
+
+
+def refused(calls):
+    # each call's ValueError message, or None where it ran
+    out = {}
+    for name, call in calls.items():
+        try:
+            call()
+            out[name] = None
+        except ValueError as exc:
+            out[name] = str(exc)
+    return out
+"""
+
+EPILOGUE_CHECK = r"""
+from engine.layers.norm import RMSNorm
+from engine.models.decoder import GatedMLP
 
 
 def same(a, b):
@@ -174,8 +191,7 @@ for name, dense, epilogues, batch, rows in (
     fused_when[name] = ops._conv_fused(layer.gdn, torch.zeros(rows, 64).bfloat16(), batch)
 report["conv_fused_when"] = fused_when
 
-errors = {}
-for name, call in {
+report["errors"] = refused({
     "odd": lambda: triton_gemm.skinny_linear(x, torch.zeros(7, 128).bfloat16(), silu_mul=True),
     "both": lambda: triton_gemm.skinny_linear(x, torch.zeros(8, 128).bfloat16(), silu_mul=True,
                                               partials=True),
@@ -188,20 +204,14 @@ for name, call in {
         conv=triton_gemm.ConvEpilogue(torch.zeros(32, 4).bfloat16(),
                                       torch.zeros(4, 32, 3).bfloat16(), torch.arange(4).int(),
                                       torch.ones(4, dtype=torch.int32), 32)),
-}.items():
-    try:
-        call()
-        errors[name] = None
-    except ValueError as exc:
-        errors[name] = str(exc)
-report["errors"] = errors
+})
 print(json.dumps(report))
 """
 
 
 @pytest.fixture(scope="module")
 def report() -> dict:
-    return _interpret(WIDENED_BF16_DOT + EPILOGUE_CHECK)
+    return _interpret(WIDENED_BF16_DOT + SCRIPT_HEAD + EPILOGUE_CHECK)
 
 
 def test_silu_mul_epilogue_equals_the_unfused_pair_bit_for_bit(report):

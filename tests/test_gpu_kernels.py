@@ -571,6 +571,39 @@ def test_conv_epilogue_equals_the_projection_then_the_decode_conv(rows):
     assert torch.equal(fused_pool, plain_pool)
 
 
+@pytest.mark.parametrize("rows", [1, 16, 64])
+def test_prologues_equal_the_standalone_kernel_then_the_gemm(rows):
+    """0.8b's output projections (1024 x 2048, K split 8) reading their input through a
+    prologue: Gated DeltaNet's out_proj through the gated norm (16 heads of 128, z a view of
+    the in-projection), gated attention's o_proj through the sigmoid gate (8 heads of 256, a
+    view of the packed q): the partials the fused GEMM hands on equal the standalone kernel's
+    then the plain GEMM's, bit for bit (the norm's sum of squares in fp64: exact whatever
+    order each kernel's layout sums in; the gate elementwise, one helper for both)."""
+    from engine.kernels import triton_gemm
+
+    gen = torch.Generator(device=CUDA).manual_seed(rows)
+    n, k = triton_gemm.SHAPES["0.8b"]["out_proj"]
+    w = (torch.randn(n, k, device=CUDA, generator=gen) / k**0.5).bfloat16()
+    core = torch.randn(rows, 16, 128, device=CUDA, generator=gen).bfloat16()
+    z = torch.randn(rows, 8224, device=CUDA, generator=gen).bfloat16()[:, 4096:6144]
+    scale = 1 + 0.1 * torch.randn(128, device=CUDA, generator=gen)
+    out = torch.randn(rows, k, device=CUDA, generator=gen).bfloat16()
+    gate = torch.randn(rows, 8, 512, device=CUDA, generator=gen).bfloat16()[..., 256:]
+    cases = {
+        "gated_norm": (core.view(rows, -1), triton_gemm.GatedNorm(z, scale, 1e-6),
+                       triton_norms.gated_norm(core, z, scale, 1e-6)),
+        "sigmoid_gate": (out, triton_gemm.SigmoidGate(gate), triton_norms.sigmoid_gate(out, gate)),
+    }  # fmt: skip
+    for name, (x, prologue, unfused_input) in cases.items():
+        fused = triton_gemm.skinny_linear(x, w, partials=True, prologue=prologue)
+        plain = triton_gemm.skinny_linear(unfused_input, w, partials=True)
+        assert isinstance(fused, triton_gemm.Partials), name
+        assert torch.equal(fused.sums, plain.sums), (name, (fused.sums - plain.sums).abs().max())
+    want = out * torch.sigmoid(gate).flatten(1)  # torch's: the sigmoid rounded, then the product
+    got = triton_norms.sigmoid_gate(out, gate)
+    torch.testing.assert_close(got.float(), want.float(), rtol=2**-7, atol=1e-3)  # a bf16 ulp
+
+
 def test_skinny_gemm_replays_in_a_cuda_graph():
     """Captured once (its split launch too: 0.8b's down_proj at 64 rows), replayed on new
     inputs: the same output as an eager call on them."""

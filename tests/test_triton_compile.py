@@ -30,7 +30,8 @@ def test_every_triton_kernel_compiles_for_sm90(dtype):
             fixed.add(launch.kernel.fn.__name__)
     wanted = {
         "_rms_norm_kernel", "_head_norm_rope_kernel", "_gated_norm_kernel", "_silu_mul_kernel",
-        "_store_kv_kernel", "_conv_kernel", "_conv_state_kernel", "_conv_decode_kernel",
+        "_sigmoid_gate_kernel", "_store_kv_kernel", "_conv_kernel", "_conv_state_kernel",
+        "_conv_decode_kernel",
         "_gdn_recurrent_kernel", "_gdn_decode_pipelined_kernel",
         "_gdn_chunked_kernel", "_gdn_prepare_kernel", "_gdn_states_kernel", "_gdn_outputs_kernel",
         "_snake_kernel", "_residual_snake_conv_kernel", "_shift_scale_kernel",
@@ -103,6 +104,11 @@ def test_skinny_gemm_compiles_for_sm90_at_every_real_shape():
     convs = [g for g in gemms if g.args[10] is not None]  # 0.8b's in-projection + its conv
     assert len(convs) == 2 * sum(triton_gemm.fuses_conv(m, 8224, 1024) for m in offline.GEMM_ROWS)
     assert {g.args[3] for g in convs} == {1, 16, 64}  # 128 rows split K in two: no epilogue
+    # out_proj read through the gated norm at 1, 16, 64 rows (128 rows take BLOCK_K 64, half a
+    # head: no norm), o_proj through the sigmoid gate at every row count; bf16 and fp16
+    prologues = [(g.constexprs.get("PROLOGUE"), g.args[3]) for g in gemms]
+    assert sorted(m for p, m in prologues if p == 1) == [1, 1, 16, 16, 64, 64]
+    assert sorted(m for p, m in prologues if p == 2) == [1, 1, 16, 16, 64, 64, 128, 128]
 
 
 def test_decode_attention_compiles_for_sm90_under_every_launch_the_sweep_tries():
@@ -162,7 +168,8 @@ def test_the_codecs_approximate_sine_is_one_instruction_and_no_local_memory():
 # The kernels of a decode step, each launched programmatically under engine.pdl
 PDL_KERNELS = {
     "_rms_norm_kernel", "_head_norm_rope_kernel", "_gated_norm_kernel", "_silu_mul_kernel",
-    "_store_kv_kernel", "_conv_decode_kernel", "_gdn_recurrent_kernel", "_argmax_parts_kernel",
+    "_sigmoid_gate_kernel", "_store_kv_kernel", "_conv_decode_kernel", "_gdn_recurrent_kernel",
+    "_argmax_parts_kernel",
     "_gdn_decode_pipelined_kernel",
     "_argmax_pick_kernel", "_decode_kernel", "_merge_kernel", "_skinny_gemm_kernel",
     "_split_sum_kernel",

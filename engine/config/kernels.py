@@ -59,11 +59,14 @@ class KernelsConfig:
     # measured level or ahead of cuBLAS at 1-64 rows, behind at 128 (docs/KERNELS.md).
     dense_rows: int = setting(DENSE_MAX_ROWS, "our GEMM's most rows a step (dense_kernel triton)")
     # Where our GEMM runs a product (dense_kernel triton): the MLP's SiLU-and-multiply in its
-    # epilogue (gate and up rows in one program), and an output projection's K-split partials
-    # summed by the norm that reads them (engine/kernels/triton_gemm.py): two launches fewer a
-    # layer, the same bits as the unfused kernels.
+    # epilogue (gate and up rows in one program), an output projection's K-split partials
+    # summed by the norm that reads them, a decode step's conv after Gated DeltaNet's
+    # in-projection, and before the output projections the gated norm or the sigmoid gate
+    # (engine/kernels/triton_gemm_fused.py): the same bits as the unfused kernels.
     dense_epilogues: bool = setting(
-        True, "fuse SiLU-mul, the K split's sum and a decode step's conv into our GEMM"
+        True,
+        "fuse SiLU-mul, the K split's sum, a decode step's conv and the output "
+        "projections' gated norm or sigmoid gate into our GEMM",
     )
     # "jit" (Triton's own launch, which finds the compiled kernel on every call) or "bound"
     # (the compiled kernel kept per call signature, its launcher called directly: less host

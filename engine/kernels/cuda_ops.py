@@ -5,6 +5,8 @@
   Every dense projection (packed or not, the LM head too) runs on torch's GEMM (cuBLAS) or,
   with `dense_kernel="triton"`, on ours for steps of up to triton_gemm.MAX_ROWS rows in
   bf16/fp16 (triton_gemm.py: the weight streamed once); more rows and fp32 stay on torch's.
+  The dense ops, and what `dense_epilogues` fuses into our GEMM, are `DenseOps`'
+  (cuda_dense.py), this class's base.
 - Norms, q/k norm + rotary, the gated norm, SiLU-and-multiply, the K/V store: Triton
   (triton_norms.py). Attention: FlashInfer for bf16/fp16, decode steps on our split Triton
   kernel with `decode_attention="triton"` (triton_decode.py); fp32 (the verification mode)
@@ -31,7 +33,8 @@ import torch
 from torch import nn
 
 from engine.config import KernelsConfig
-from engine.kernels import triton_argmax, triton_gdn, triton_gemm, triton_norms
+from engine.kernels import triton_argmax, triton_gdn, triton_norms
+from engine.kernels.cuda_dense import DenseOps
 from engine.kernels.flashinfer_attention import FlashInferAttention
 from engine.kernels.gdn_launch import (
     PIPELINED_LAUNCH,
@@ -69,7 +72,7 @@ def _pack(linears: tuple[nn.Linear, ...]) -> torch.Tensor:
     return packed
 
 
-class CudaOps:
+class CudaOps(DenseOps):
     name = "cuda"
 
     def __init__(
@@ -144,55 +147,7 @@ class CudaOps:
             )
         return slot
 
-    # --- ops -----------------------------------------------------------------------------
-    def _dense(self, x: torch.Tensor, weight: torch.Tensor, head: bool = False) -> torch.Tensor:
-        """x [T, K] @ weight[N, K]^T on `dense_kernel`'s GEMM (torch's past our row bound);
-        `head`: the product is the LM head's."""
-        if self._ours(x, head):
-            return triton_gemm.skinny_linear(x, weight)
-        return torch.nn.functional.linear(x, weight)
-
-    def _ours(self, x: torch.Tensor, head: bool = False) -> bool:
-        """Whether our GEMM computes x's product (`dense_kernel`, `dense_rows`)."""
-        return x.shape[0] <= self.dense_rows and triton_gemm.takes(self.dense_kernel, head, x)
-
-    def project(self, x: torch.Tensor, linears) -> list[torch.Tensor]:
-        weight, sizes = self.packed[linears]
-        return list(self._dense(x, weight).split(sizes, dim=-1))
-
-    def gdn_project(self, layer: GatedDeltaNet, x, conv_state, batch) -> list[torch.Tensor]:
-        """The in-projection [mixed, z, b, a]. Where `_conv_fused`, our GEMM's epilogue runs the
-        conv: `mixed` comes back convolved and its windows shifted (linear_attention knows)."""
-        weight, sizes = self.packed[layer.projections]
-        if not self._conv_fused(layer, x, batch):
-            return self.project(x, layer.projections)
-        conv = triton_gemm.ConvEpilogue(
-            layer.conv1d.weight[:, 0, :], conv_state, batch.state_slots, batch.cached,
-            layer.conv_dim,
-        )  # fmt: skip
-        return list(triton_gemm.skinny_linear(x, weight, conv=conv).split(sizes, dim=-1))
-
-    def _conv_fused(self, layer: GatedDeltaNet, x: torch.Tensor, batch) -> bool:
-        """Whether a step's conv runs in its in-projection's epilogue (`dense_epilogues`): a
-        decode step (one token a row, no token bucket: the piecewise runner's pieces are
-        captured on another step) whose product is ours and has no K split. The in-projection
-        and linear_attention ask it of the same layer, rows and step, and agree."""
-        weight, _ = self.packed[layer.projections]
-        return (
-            self.dense_epilogues and batch.is_decode and batch.token_bucket is None
-            and batch.gdn_tables is None and x.shape[0] == batch.num_rows and self._ours(x)
-            and triton_gemm.fuses_conv(x.shape[0], *weight.shape)
-        )  # fmt: skip
-
-    def linear(self, layer: nn.Module, x: torch.Tensor, to_norm: bool = False):
-        """x @ layer.weight^T. `to_norm`: the product's only reader is the next `norm`, so with
-        `dense_epilogues` a split product of our GEMM comes back unsummed
-        (triton_gemm.Partials) and that norm sums it."""
-        head = layer is self.head
-        if to_norm and self.dense_epilogues and self._ours(x, head):
-            return triton_gemm.skinny_linear(x, layer.weight, partials=True)
-        return self._dense(x, layer.weight, head=head)
-
+    # --- ops (the dense projections: DenseOps) --------------------------------------------
     def norm(self, x, norm: RMSNorm, residual=None):
         return triton_norms.rms_norm(x, self.weights[norm], norm.eps, residual)
 
@@ -258,15 +213,6 @@ class CudaOps:
         )  # fmt: skip
         ssm_state.index_copy_(0, slots, final.to(ssm_state.dtype))
         return out[0]
-
-    def gated_norm(self, core, z, norm: GatedRMSNorm) -> torch.Tensor:
-        return triton_norms.gated_norm(core, z, self.weights[norm], norm.eps)
-
-    def swiglu(self, x, gate: nn.Linear, up: nn.Linear) -> torch.Tensor:
-        weight, _ = self.packed[(gate, up)]
-        if self.dense_epilogues and self._ours(x):
-            return triton_gemm.skinny_linear(x, weight, silu_mul=True)
-        return triton_norms.silu_mul(self._dense(x, weight))
 
     sample = staticmethod(sample_on_gpu)
     # each row's greedy choice, the first maximum (a decode graph captures it): our two-pass

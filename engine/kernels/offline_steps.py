@@ -122,6 +122,8 @@ def _run_wrappers(dtype: torch.dtype) -> None:
     core = torch.zeros(tokens, V_HEADS, DIM, dtype=dtype)
     triton_norms.gated_norm(core, torch.zeros(tokens, V_HEADS * DIM, dtype=dtype), w[:DIM], 1e-6)
     triton_norms.silu_mul(torch.zeros(tokens, 2 * 3584, dtype=dtype))
+    query_gate = torch.zeros(tokens, heads, 2 * head_dim, dtype=dtype)  # gated attention's q
+    triton_norms.sigmoid_gate(q.view(tokens, -1), query_gate[..., head_dim:])
     cache = torch.zeros(64, 16, 2, 256, dtype=dtype)
     kv = torch.zeros(tokens, 2, 256, dtype=dtype)
     triton_norms.store_kv(kv, kv, cache, cache, torch.zeros(tokens, dtype=torch.int64))

@@ -63,6 +63,16 @@ class TorchOps:
     def gated_norm(self, core: torch.Tensor, z: torch.Tensor, norm: GatedRMSNorm) -> torch.Tensor:
         return norm(core, z.reshape(core.shape)).reshape(core.shape[0], -1)
 
+    def gdn_output(self, layer: GatedDeltaNet, core: torch.Tensor, z: torch.Tensor):
+        """Gated DeltaNet's output: out_proj(gated_norm(core, z)), for the next norm."""
+        return self.linear(layer.out_proj, self.gated_norm(core, z, layer.norm), to_norm=True)
+
+    def attention_output(self, layer: nn.Module, out: torch.Tensor, gate: torch.Tensor):
+        """Gated attention's output: o_proj(out * sigmoid(gate)), out and gate [T, heads, dim]
+        (gate a view of the packed q projection), for the next norm."""
+        gated = out.reshape(out.shape[0], -1) * torch.sigmoid(gate).flatten(1)
+        return self.linear(layer.o_proj, gated, to_norm=True)
+
     def swiglu(self, x: torch.Tensor, gate: nn.Linear, up: nn.Linear) -> torch.Tensor:
         return F.silu(gate(x)) * up(x)
 

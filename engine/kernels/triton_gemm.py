@@ -7,38 +7,7 @@ byte): memory-bound. What matters is keeping HBM busy: enough programs, and enou
 flight in each. Little's law: 4.8 TB/s x ~0.8 us of latency = ~3.8 MB in flight over 132 SMs,
 ~29 KB an SM.
 
-The tiles (`plan`, from the shapes alone, so a CUDA graph replays the same grid):
-- BLOCK_M = next power of two >= M, at least 16 (tl.dot's smallest); the rows past M are
-  masked loads, never stores.
-- BLOCK_K = 128 (64 at BLOCK_M 128, to keep the stages' shared memory at 128 KiB), 4 stages:
-  a program keeps 4 x BLOCK_N x 128 x 2 = 64 KiB of weight in flight at BLOCK_N 64, over the
-  29 KiB an SM needs; 4 x (64 + 64) x 128 x 2 = 128 KiB of shared memory at M = 64.
-- BLOCK_N = max(64, BLOCK_M): every program rereads its K-slice of x from L2, BLOCK_M / BLOCK_N
-  bytes of x for each byte of weight, so BLOCK_N below BLOCK_M would make L2, not HBM, the
-  bound (L2 reads of x twice the weight's at M = 64 and BLOCK_N 32). An LM head (cdiv(N, 64)
-  >= 4 x 132) takes BLOCK_N 128: half the programs, x's rereads halved.
-- SPLIT_K: the N tiles alone must give at least half the SMs a program (66); below that the
-  K axis is split in two, four, ... up to MAX_SPLIT (each split at least two BLOCK_K steps;
-  a split rounded up to whole steps may leave fewer: 3584 in 7 of 512) and a second
-  launch sums the fp32 partials in split order (deterministic) and rounds once.
-
-Programs at 0.8b (hidden 1024, M = 64; packed projections as engine/kernels/cuda_ops.py packs
-them) and the weight each streams:
-
-    GEMM                      N x K           MB    N tiles  split  programs  KB a program
-    Gated DeltaNet in-proj    8224 x 1024    16.8    129      1      129        128
-    attention q|k|v           5120 x 1024    10.5     80      1       80        128
-    MLP gate|up               7168 x 1024    14.7    112      1      112        128
-    out_proj, o_proj          1024 x 2048     4.2     16      8      128         32
-    down_proj                 1024 x 3584     7.3     16      7      112         64
-    LM head (tied)          248320 x 1024   508.6   1940      1     1940        256
-
-Orpheus 3b (hidden 3072): q|k|v 5120 x 3072 (80 programs, 384 KB each), gate|up 16384 x 3072
-(256), o_proj 3072 x 3072 and down_proj 3072 x 8192 (48 tiles, split 2: 96), LM head
-156940 x 3072 (1227 tiles of 128). The split's partials (split x M x N x 4 bytes: 2 MB at
-0.8b's out_proj) stay in the 50 MB L2; its second launch is the price (cuBLAS pays one too,
-24 a 0.8b decode step). A single launch whose last program per tile sums the partials (a
-semaphore) would save it; not done until the GPU says the two-launch form pays.
+The tiles, the K split and the programs at 0.8b's and Orpheus 3b's shapes: gemm_config.py.
 
 With programmatic dependent launch (`engine.pdl`, engine/kernels/triton_launch.py) a program
 asks L2 for the head of its weight slice (`prefetch_lines` 128-byte lines of each of its
@@ -59,58 +28,32 @@ shapes only, no host read of a device value: CUDA-graph capturable.
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import torch
 import triton
 import triton.language as tl
 
 from engine.config.kernels import DENSE_MAX_ROWS
-from engine.kernels import SMS
+from engine.kernels.gemm_config import SHAPES, GemmPlan, fuses_conv, fuses_prologue, plan
 from engine.kernels.triton_gemm_fused import (
     ConvEpilogue,
+    GatedNorm,
     Partials,
+    SigmoidGate,
     _conv_epilogue,
     _prefetch_l2,
+    _prologue,
     _silu_mul,
 )
 from engine.kernels.triton_launch import bound
 from engine.kernels.triton_pdl import pdl_start
 
-__all__ = ["MAX_ROWS", "ConvEpilogue", "Partials", "fuses_conv", "plan", "skinny_linear", "takes"]
+__all__ = [
+    "MAX_ROWS", "SHAPES", "ConvEpilogue", "GatedNorm", "GemmPlan", "Partials", "SigmoidGate",
+    "fuses_conv", "fuses_prologue", "plan", "skinny_linear", "takes",
+]  # fmt: skip
 
 MAX_ROWS = DENSE_MAX_ROWS  # callers run torch's GEMM above this many rows (prefill steps)
-MAX_SPLIT = 8  # partials of at most 8 x M x N fp32 (2 MB at M = 64, N = 1024)
 DTYPES = (torch.bfloat16, torch.float16)
-LINE = 64  # 16-bit values in a 128-byte line
-PREFETCH_BYTES = 128 * 1024  # of weight a program prefetches (PDL): 17 MB over 132 SMs
-
-# The dense GEMMs of a decode step, (N, K), as the CUDA ops run them (packed where packed): the
-# shapes the compile test, the GPU tests and benchmarks/bench_gemm.py take.
-SHAPES = {
-    "0.8b": {
-        "gdn_in_proj": (8224, 1024), "attn_qkv": (5120, 1024), "mlp_gate_up": (7168, 1024),
-        "out_proj": (1024, 2048), "down_proj": (1024, 3584), "lm_head": (248_320, 1024),
-    },
-    "3b": {
-        "attn_qkv": (5120, 3072), "mlp_gate_up": (16_384, 3072), "o_proj": (3072, 3072),
-        "down_proj": (3072, 8192), "lm_head": (156_940, 3072),
-    },
-}  # fmt: skip
-
-
-class GemmPlan(NamedTuple):
-    block_m: int
-    block_n: int
-    block_k: int
-    k_per_split: int  # a multiple of block_k; K itself without a split
-    split: int  # programs along K (1: no partials, no second launch)
-    warps: int
-    stages: int
-    prefetch_lines: int = 1  # a power of two: lines of each weight row prefetched (PDL)
-
-    def programs(self, n: int) -> int:
-        return triton.cdiv(n, self.block_n) * self.split
 
 
 def takes(dense_kernel: str, head: bool, x: torch.Tensor) -> bool:
@@ -120,40 +63,23 @@ def takes(dense_kernel: str, head: bool, x: torch.Tensor) -> bool:
     return wanted and x.shape[0] <= MAX_ROWS and x.dtype in DTYPES
 
 
-def plan(m: int, n: int, k: int, split: int | None = None) -> GemmPlan:
-    """The launch for x [m, k] @ W[n, k]^T; `split` forces the K split (a benchmark's arm)."""
-    block_m = max(16, triton.next_power_of_2(m))
-    block_n = max(64, block_m)
-    if block_n == 64 and triton.cdiv(n, 64) >= 4 * SMS:
-        block_n = 128
-    block_k = 128 if block_m <= 64 else 64
-    tiles = triton.cdiv(n, block_n)
-    if split is None:
-        split = 1
-        while tiles * split < SMS // 2 and split < MAX_SPLIT and k >= 4 * block_k * split:
-            split *= 2
-    k_per_split = triton.cdiv(triton.cdiv(k, split), block_k) * block_k
-    split = triton.cdiv(k, k_per_split)  # rounding k_per_split up may leave fewer splits
-    warps = 4 if block_m * block_n <= 64 * 64 else 8
-    lines = min(k_per_split // LINE, PREFETCH_BYTES // (2 * LINE * block_n))
-    lines = 1 << (lines.bit_length() - 1)  # tl.arange's power of two, rounded down
-    return GemmPlan(block_m, block_n, block_k, k_per_split, split, warps, 4, lines)
-
-
 @bound
 @triton.jit(do_not_specialize=["M"])  # a step's rows: one compile per BLOCK_M, not per M % 16
 def _skinny_gemm_kernel(
     X, W, OUT, M, N, K, stride_xm, stride_wn, stride_om, K_PER_SPLIT, CONV_STATE, CONV_W, SLOTS,
-    CACHED, CHANNELS, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    EVEN_K: tl.constexpr, LINES: tl.constexpr = 1, SILU_MUL: tl.constexpr = False,
-    PARTIAL: tl.constexpr = False, PDL: tl.constexpr = False, KW: tl.constexpr = 4,
+    CACHED, CHANNELS, OTHER, NORM_W, stride_or, stride_oh, HEAD, EPS, BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, LINES: tl.constexpr = 1,
+    SILU_MUL: tl.constexpr = False, PARTIAL: tl.constexpr = False, PDL: tl.constexpr = False,
+    KW: tl.constexpr = 4, PROLOGUE: tl.constexpr = 0,
 ):  # fmt: skip
     """Program (n tile, split): its rows of the tile, fp32 over its K-slice. Without a split
     (PARTIAL off) it stores in OUT's dtype; with one, fp32 partials at OUT + split * M *
     stride_om. With SILU_MUL, W is [gate; up] ([2N, K]) and a tile is BLOCK_N of gate's rows
     and the same of up's: stored as silu(gate) * up [M, N] rounded as `silu_mul`, or as
     partials [M, 2N] (gate's, then up's). With PDL, first LINES lines of each of its weight
-    rows asked of L2 (`_prefetch_l2`)."""
+    rows asked of L2 (`_prefetch_l2`). PROLOGUE (1 the gated norm, 2 the sigmoid gate): each
+    K tile of x as `_prologue` makes it of x's and OTHER's tiles (OTHER [M, heads, HEAD]; a
+    tile lies inside one head)."""
     pid_n, split = tl.program_id(0), tl.program_id(1)
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     if PDL:  # the weight: no earlier kernel writes it, so before the wait
@@ -176,7 +102,11 @@ def _skinny_gemm_kernel(
         else:
             k_ok = (k + ks[None, :]) < K
             x_ok, w_ok = row_ok & k_ok, col_ok & k_ok
-        x = tl.trans(tl.load(x_ptrs + k, mask=x_ok, other=0.0))
+        x = tl.load(x_ptrs + k, mask=x_ok, other=0.0)
+        if PROLOGUE != 0:  # the tile's head k // HEAD, its columns from k % HEAD
+            other = OTHER + rows[:, None] * stride_or + (k // HEAD) * stride_oh + k % HEAD
+            x = _prologue(x, other + ks[None, :], NORM_W, ks, x_ok, EPS, PROLOGUE, BLOCK_K)
+        x = tl.trans(x)
         acc += tl.dot(tl.load(w_ptrs + k, mask=w_ok, other=0.0), x)
         if SILU_MUL:
             acc_up += tl.dot(tl.load(up_ptrs + k, mask=w_ok, other=0.0), x)
@@ -226,7 +156,7 @@ SUM_BLOCK = 1024
 def skinny_linear(
     x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = None,
     split: int | None = None, silu_mul: bool = False, partials: bool = False,
-    conv: ConvEpilogue | None = None,
+    conv: ConvEpilogue | None = None, prologue: GatedNorm | SigmoidGate | None = None,
 ) -> torch.Tensor | Partials:  # fmt: skip
     """x [M, K] (bf16/fp16, M <= MAX_ROWS, rows may be strided) @ weight[N, K]^T -> [M, N] in
     x's dtype, accumulated in fp32; into `out` ([M, N], rows may be strided) when given.
@@ -236,7 +166,9 @@ def skinny_linear(
     `silu_mul`; a product without a split comes back summed). `conv`: x's rows are a decode
     step's (one token each) and the product's first conv.channels columns come back as their
     causal conv + SiLU, each row's window in conv.state shifted, as triton_gdn.causal_conv of
-    the product computes (only where `fuses_conv`: no split)."""
+    the product computes (only where `fuses_conv`: no split). `prologue`: the GEMM reads x as
+    triton_norms.gated_norm (x [M, heads x dim], `GatedNorm`) or triton_norms.sigmoid_gate
+    (`SigmoidGate`, its gate [M, heads, dim]) makes it (only where `fuses_prologue`)."""
     m, k = x.shape
     n = weight.shape[0]
     if (
@@ -244,11 +176,13 @@ def skinny_linear(
         or (silu_mul and (n % 2 or partials)) or (partials and out is not None)
         or (conv is not None and (silu_mul or partials or conv.channels > n
                                   or not fuses_conv(m, n, k, split)))
+        or (prologue is not None and (silu_mul or conv is not None
+                                      or not fuses_prologue(m, n, k, *_head(prologue), split)))
     ):  # fmt: skip
         raise ValueError(
             f"skinny_linear: x {tuple(x.shape)} {x.dtype}, weight {tuple(weight.shape)}, "
             f"silu_mul={silu_mul}, partials={partials}, out={out is not None}, "
-            f"conv={conv is not None}"
+            f"conv={conv is not None}, prologue={type(prologue).__name__}"
         )
     if x.stride(1) != 1:
         x = x.contiguous()
@@ -265,10 +199,12 @@ def skinny_linear(
     stride_target = out.stride(0) if p.split == 1 else n
     _skinny_gemm_kernel[(triton.cdiv(n_out, block_n), p.split)](
         x, weight, target, m, n_out, k, x.stride(0), weight.stride(0), stride_target,
-        p.k_per_split, *_conv_arguments(conv), BLOCK_M=p.block_m, BLOCK_N=block_n,
+        p.k_per_split, *_conv_arguments(conv), *_prologue_arguments(prologue, k),
+        BLOCK_M=p.block_m, BLOCK_N=block_n,
         BLOCK_K=p.block_k, EVEN_K=k % p.block_k == 0, LINES=p.prefetch_lines,
         SILU_MUL=silu_mul, PARTIAL=p.split > 1, num_warps=p.warps, num_stages=p.stages,
         **({} if conv is None else {"KW": conv.weight.shape[1]}),
+        **({} if prologue is None else {"PROLOGUE": 1 if isinstance(prologue, GatedNorm) else 2}),
     )  # fmt: skip
     if p.split == 1:
         return out
@@ -281,14 +217,26 @@ def skinny_linear(
     return out
 
 
-def fuses_conv(m: int, n: int, k: int, split: int | None = None) -> bool:
-    """Whether x [m, k] @ W[n, k]^T can carry the conv epilogue: a product without a K split
-    (each output element stored once, by the program that summed it)."""
-    return plan(m, n, k, split).split == 1
-
-
 def _conv_arguments(conv: ConvEpilogue | None) -> tuple:
     """The kernel's CONV_STATE, CONV_W, SLOTS, CACHED, CHANNELS (None and 0: no conv)."""
     if conv is None:
         return (None, None, None, None, 0)
     return (conv.state, conv.weight, conv.slots, conv.cached, conv.channels)
+
+
+def _head(prologue: GatedNorm | SigmoidGate) -> tuple[int, bool]:
+    """(the prologue's head width, whether its tile must be one whole head: the norm's)."""
+    if isinstance(prologue, GatedNorm):
+        return prologue.weight.shape[0], True
+    return prologue.gate.shape[2], False
+
+
+def _prologue_arguments(prologue: GatedNorm | SigmoidGate | None, k: int) -> tuple:
+    """The kernel's OTHER, NORM_W, stride_or, stride_oh, HEAD, EPS (None and 0: none)."""
+    if prologue is None:
+        return (None, None, 0, 0, 1, 0.0)
+    if isinstance(prologue, GatedNorm):
+        z, dim = prologue.z, prologue.weight.shape[0]
+        return (z, prologue.weight, z.stride(0), dim, dim, prologue.eps)
+    gate = prologue.gate
+    return (gate, None, gate.stride(0), gate.stride(1), gate.shape[2], 0.0)

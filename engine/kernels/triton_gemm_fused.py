@@ -1,5 +1,5 @@
-"""What the dense GEMM (triton_gemm.py) fuses in: its epilogues and, under PDL, its weight
-prefetch (`engine.dense_epilogues`, docs/KERNELS.md). Each epilogue rounds where the unfused
+"""What the dense GEMM (triton_gemm.py) fuses in: its epilogues, its prologues and, under PDL,
+its weight prefetch (`engine.dense_epilogues`, docs/KERNELS.md). Each rounds where the unfused
 kernels round, so turning the setting on changes launches, never bits (INVARIANTS 89).
 
 - `_silu_mul`: the MLP's [gate; up] GEMM stores silu(gate) * up.
@@ -8,6 +8,10 @@ kernels round, so turning the setting on changes launches, never bits (INVARIANT
   (triton_gdn_conv.conv_decode_step, the decode conv kernel's own arithmetic); its z, b and a
   columns as they are.
 - `Partials`: a split product's fp32 partials handed to the norm that sums them.
+- Prologues, on each K tile of x as it is loaded: `GatedNorm` (Gated DeltaNet's output: the
+  out-projection reads norm(core) * silu(z) per head, `gated_norm_rows`, the arithmetic of
+  triton_norms.gated_norm) and `SigmoidGate` (gated attention's output: o_proj reads
+  out * sigmoid(gate), `sigmoid_gate_rows`, triton_norms.sigmoid_gate's).
 - `_prefetch_l2`: the weight's first lines asked of L2 before the PDL wait.
 """
 
@@ -31,6 +35,22 @@ class Partials(NamedTuple):
     dtype: torch.dtype  # the product's, once summed and rounded
 
 
+class GatedNorm(NamedTuple):
+    """x (the recurrence's output [M, heads x dim]) read by the GEMM as norm(x) * weight *
+    silu(z), per head of `dim` columns (`skinny_linear(prologue=...)`; only where
+    `gemm_config.fuses_prologue`: a K tile is one head)."""
+
+    z: torch.Tensor  # [M, heads x dim], rows may be strided
+    weight: torch.Tensor  # [dim] fp32
+    eps: float
+
+
+class SigmoidGate(NamedTuple):
+    """x (attention's output [M, K]) read by the GEMM as x * sigmoid(gate)."""
+
+    gate: torch.Tensor  # [M, K], rows may be strided
+
+
 class ConvEpilogue(NamedTuple):
     """A decode step's causal conv fused into its in-projection (`skinny_linear(conv=...)`):
     the product's first `channels` columns are the conv's input, one token a row."""
@@ -50,6 +70,39 @@ def _silu_mul(gate, up, DTYPE: tl.constexpr):
     gate = gate.to(DTYPE).to(tl.float32)
     act = (gate / (1.0 + tl.exp(-gate))).to(DTYPE).to(tl.float32)
     return (act * up.to(DTYPE).to(tl.float32)).to(DTYPE)
+
+
+@triton.jit
+def gated_norm_rows(x, z, w, dim, eps, DTYPE: tl.constexpr):
+    """norm(x) * w * silu(z) in DTYPE of rows x, z [R, B] (fp32 widened from DTYPE, zeros past
+    `dim`), w [B] fp32: one head a row. The sum of squares in fp64, where a 16-bit value's
+    square is exact and so is their sum (up to terms 2^-30 below it, which can move the fp32
+    sum only within 2^-53 of a rounding boundary): the same bits in every kernel, whatever
+    order its layout sums in (the standalone norm's, the GEMM prologue's)."""
+    x64 = x.to(tl.float64)
+    inv = 1.0 / tl.sqrt(tl.sum(x64 * x64, axis=1).to(tl.float32) / dim + eps)
+    normed = x * inv[:, None] * w[None, :]
+    return (normed * (z / (1.0 + tl.exp(-z)))).to(DTYPE)
+
+
+@triton.jit
+def sigmoid_gate_rows(x, gate, DTYPE: tl.constexpr):
+    """x * sigmoid(gate) in DTYPE from fp32 values widened from DTYPE, rounded where the torch
+    reference rounds: the sigmoid to DTYPE, then the product."""
+    sig = (1.0 / (1.0 + tl.exp(-gate))).to(DTYPE).to(tl.float32)
+    return (x * sig).to(DTYPE)
+
+
+@triton.jit
+def _prologue(x, OTHER, NORM_W, ks, mask, eps, KIND: tl.constexpr, DIM: tl.constexpr):
+    """A K tile x [BLOCK_M, DIM] of the GEMM's input as the GEMM reads it: KIND 1 the gated
+    norm (OTHER: z's tile, NORM_W the norm's weight; the tile is one head), 2 the sigmoid
+    gate (OTHER: the gate's tile)."""
+    other = tl.load(OTHER, mask=mask, other=0.0).to(tl.float32)
+    if KIND == 1:
+        w = tl.load(NORM_W + ks)
+        return gated_norm_rows(x.to(tl.float32), other, w, DIM, eps, x.dtype)
+    return sigmoid_gate_rows(x.to(tl.float32), other, x.dtype)
 
 
 @triton.jit

@@ -1,9 +1,12 @@
 """Triton kernels for the elementwise and per-row work of a step: RMS norms (with the residual
 add fused), per-head q/k norm fused with partial rotary (and the rotary alone: Llama's heads),
-the gated norm of Gated DeltaNet, SiLU-and-multiply, and the paged K/V store.
+the gated norm of Gated DeltaNet, gated attention's sigmoid gate, SiLU-and-multiply, and the
+paged K/V store.
 
 Each kernel rounds where the torch reference (engine/layers) rounds, so the two agree to the
-last bit in fp32 and to bf16 rounding in bf16: sums in fp32, one rounding per reference op.
+last bit in fp32 and to bf16 rounding in bf16: sums in fp32, one rounding per reference op;
+the gated norm's sum of squares in fp64 (`gated_norm_rows`: no summation order changes it, so
+the out-projection's prologue gets its bits), within fp32 rounding of the reference's.
 Inputs may be strided views along the token axis (the split outputs of a packed projection);
 the last axis must be contiguous.
 """
@@ -14,7 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
-from engine.kernels.triton_gemm_fused import Partials
+from engine.kernels.triton_gemm_fused import Partials, gated_norm_rows, sigmoid_gate_rows
 from engine.kernels.triton_launch import bound
 from engine.kernels.triton_pdl import pdl_start
 
@@ -147,22 +150,61 @@ def _gated_norm_kernel(
     t, h = pid // H, pid % H
     cols = tl.arange(0, BLOCK)
     mask = cols < D
-    x = tl.load(X + pid * D + cols, mask=mask, other=0.0).to(tl.float32)
-    z = tl.load(Z + t * stride_zt + h * D + cols, mask=mask, other=0.0).to(tl.float32)
-    inv = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / D + eps)
-    normed = x * inv * tl.load(W + cols, mask=mask, other=0.0)
-    gate = z / (1.0 + tl.exp(-z))
-    tl.store(OUT + pid * D + cols, (normed * gate).to(OUT.dtype.element_ty), mask=mask)
+    x = tl.load(X + pid * D + cols[None, :], mask=mask[None, :], other=0.0).to(tl.float32)
+    z = tl.load(Z + t * stride_zt + h * D + cols[None, :], mask=mask[None, :], other=0.0)
+    w = tl.load(W + cols, mask=mask, other=0.0)
+    out = gated_norm_rows(x, z.to(tl.float32), w, D, eps, OUT.dtype.element_ty)
+    tl.store(OUT + pid * D + cols[None, :], out, mask=mask[None, :])
 
 
 def gated_norm(x: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, eps: float):
-    """norm(x) * weight * silu(z) per head. x [T, H, D] contiguous, z [T, H * D] (rows may be
-    strided), weight fp32 [D]. Returns [T, H * D] in x's dtype."""
+    """norm(x) * weight * silu(z) per head (`gated_norm_rows`, which the out-projection's
+    prologue shares). x [T, H, D] contiguous, z [T, H * D] (rows may be strided), weight fp32
+    [D]. Returns [T, H * D] in x's dtype."""
     tokens, heads, dim = x.shape
     out = torch.empty((tokens, heads * dim), dtype=x.dtype, device=x.device)
     if tokens:
         _gated_norm_kernel[(tokens * heads,)](
             x, z, out, weight, z.stride(0), heads, dim, eps, BLOCK=triton.next_power_of_2(dim)
+        )
+    return out
+
+
+@bound
+@triton.jit
+def _sigmoid_gate_kernel(
+    X, G, OUT, stride_xt, stride_gt, stride_gh, N, HEAD: tl.constexpr, BLOCK: tl.constexpr,
+    PDL: tl.constexpr = False,
+):  # fmt: skip
+    pdl_start(PDL)
+    t = tl.program_id(0)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    mask = cols < N
+    x = tl.load(X + t * stride_xt + cols, mask=mask, other=0.0).to(tl.float32)
+    at = G + t * stride_gt + (cols // HEAD) * stride_gh + cols % HEAD
+    gate = tl.load(at, mask=mask, other=0.0).to(tl.float32)
+    tl.store(OUT + t * N + cols, sigmoid_gate_rows(x, gate, OUT.dtype.element_ty), mask=mask)
+
+
+def sigmoid_gate(x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+    """x * sigmoid(gate) (`sigmoid_gate_rows`, which o_proj's prologue shares): gated
+    attention's output. x [T, H * D] (rows may be strided), gate [T, H, D] (each head's D
+    contiguous, rows and heads may be strided: a view of the packed q projection). Returns
+    [T, H * D] in x's dtype."""
+    tokens, heads, dim = gate.shape
+    out = torch.empty((tokens, heads * dim), dtype=x.dtype, device=x.device)
+    block = 1024
+    if tokens:
+        _sigmoid_gate_kernel[(tokens, triton.cdiv(heads * dim, block))](
+            x,
+            gate,
+            out,
+            x.stride(0),
+            gate.stride(0),
+            gate.stride(1),
+            heads * dim,
+            HEAD=dim,
+            BLOCK=block,
         )
     return out
 

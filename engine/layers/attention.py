@@ -139,8 +139,7 @@ class GatedAttention(nn.Module):
         k = ops.head_norm_rope(k.view(tokens, self.kv_heads, dim), self.k_norm, cos, sin)
         v = v.view(tokens, self.kv_heads, dim)
         out = ops.attention(q, k, v, k_cache, v_cache, batch, self.scale)
-        gate = torch.sigmoid(query_gate[..., dim:]).flatten(1)
-        return ops.linear(self.o_proj, out.reshape(tokens, -1) * gate, to_norm=True)
+        return ops.attention_output(self, out, query_gate[..., dim:])  # o_proj(out * sigmoid)
 
     def forward_full(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         q, k, v, gate = self._project(x, cos, sin)

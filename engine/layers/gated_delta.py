@@ -165,7 +165,7 @@ class GatedDeltaNet(nn.Module):
         ops = batch.ops
         mixed, z, b, a = ops.gdn_project(self, x, conv_state, batch)
         core = ops.linear_attention(self, mixed, a, b, conv_state, ssm_state, batch)
-        return ops.linear(self.out_proj, ops.gated_norm(core, z, self.norm), to_norm=True)
+        return ops.gdn_output(self, core, z)  # out_proj(gated_norm(core, z))
 
     def _prefill(self, mixed, g, beta, weight, batch: ForwardBatch, conv_state, ssm_state):
         """Row by row; a row with nothing cached starts from zeros whatever its slot holds,
