@@ -94,15 +94,20 @@ def test_norm_kernels_equal_the_reference(dtype):
     got = triton_norms.head_norm_rope(
         heads[..., :256], 1 + head_norm.weight.float(), cos, sin, 1e-6
     )
-    want = TORCH_OPS.head_norm_rope(heads[..., :256], head_norm, cos, sin)
+    want = TORCH_OPS.qk_rope(heads[..., :256], heads[:, :2, :256], cos, sin,
+                             (head_norm, head_norm))[0]  # fmt: skip
     torch.testing.assert_close(got, want, atol=TOL[dtype], rtol=TOL[dtype])
     # Llama's rotary alone (full head of 128) on q viewed out of a packed q | k | v
     positions = torch.tensor([0, 1, 5, 99, 511, 2000, 4095], device=CUDA)
     cos, sin = RotaryEmbedding(128, 5e5)(positions)
     packed = torch.randn(7, (24 + 2 * 8) * 128, device=CUDA, dtype=dtype, generator=gen)
     q = packed[:, : 24 * 128].view(7, 24, 128)
-    got = triton_norms.rope(q, cos, sin)
-    torch.testing.assert_close(got, TORCH_OPS.rope(q, cos, sin), atol=TOL[dtype], rtol=TOL[dtype])
+    k = packed[:, 24 * 128 : 32 * 128].view(7, 8, 128)
+    got, got_k = triton_norms.qk_rope(q, k, None, None, cos, sin)  # one launch, as the layer's
+    want, want_k = TORCH_OPS.qk_rope(q, k, cos, sin)
+    torch.testing.assert_close(got, want, atol=TOL[dtype], rtol=TOL[dtype])
+    torch.testing.assert_close(got_k, want_k, atol=TOL[dtype], rtol=TOL[dtype])
+    assert torch.equal(got, triton_norms.rope(q, cos, sin))  # each head's bits as alone
 
     core = torch.randn(7, 16, 128, device=CUDA, dtype=dtype, generator=gen)
     z = torch.randn(7, 3000, device=CUDA, dtype=dtype, generator=gen)[:, : 16 * 128]

@@ -682,9 +682,21 @@ for dtype in (torch.float32, torch.bfloat16):
         want = apply_rotary(x, cos, sin)
         norm = RMSNorm(dim)
         norm.weight.data.normal_(0, 0.1)
-        normed = triton_norms.head_norm_rope(x, 1 + norm.weight.float(), cos, sin, 1e-6)
-        want_normed = TorchOps().head_norm_rope(x, norm.to(dtype), cos, sin)
+        w = 1 + norm.weight.float()  # before norm.to(dtype), which converts it in place
+        normed = triton_norms.head_norm_rope(x, w, cos, sin, 1e-6)
+        want_normed = TorchOps().qk_rope(x, x, cos, sin, (norm.to(dtype), norm.to(dtype)))[0]
+        # q and k in one launch (an attention layer's qk_rope): each head's bits as alone
+        k_norm = RMSNorm(dim)
+        k_norm.weight.data.normal_(0, 0.1)
+        k = packed[:, 2 * heads * dim :].view(5, heads, dim)[:, :2]  # fewer k heads, strided
+        kw = 1 + k_norm.weight.float()
+        pair = triton_norms.qk_rope(x, k, w, kw, cos, sin, 1e-6, 1e-5)
+        alone = (normed, triton_norms.head_norm_rope(k, kw, cos, sin, 1e-5))
+        plain_pair = triton_norms.qk_rope(x, k, None, None, cos, sin)
+        plain_alone = (got, triton_norms.rope(k, cos, sin))
         report[f"{str(dtype)[6:]}-{heads}x{dim}-rot{rotary}"] = {
+            "pair_same": all(torch.equal(a, b) for a, b in zip(pair + plain_pair,
+                                                               alone + plain_alone)),
             "rope": (got.float() - want.float()).abs().max().item(),
             "rope_scale": want.float().abs().max().item(),
             "norm_rope": (normed.float() - want_normed.float()).abs().max().item(),
@@ -702,7 +714,9 @@ def test_rotary_kernels_in_the_interpreter_equal_the_reference():
     rounding; bf16 within one bf16 ulp of the values' scale for the rotary alone (one rounding
     of the same fp32 result; the interpreter's fp32 -> bf16 conversion truncates where torch
     rounds) and four for the norm + rotary (rounded after the norm, then after the rotation,
-    which mixes two rounded values). The dims past the rotary part pass through unchanged."""
+    which mixes two rounded values). The dims past the rotary part pass through unchanged.
+    q and k in one launch (`qk_rope`, each with its own norm and eps, k fewer heads) store
+    what each alone does."""
     report = _interpret(ROPE_CHECK)
     assert len(report) == 4, sorted(report)
     for name, result in report.items():
@@ -713,6 +727,7 @@ def test_rotary_kernels_in_the_interpreter_equal_the_reference():
         assert result["norm_rope"] <= tol, (name, result)
         assert result["dtype"] == "torch." + name.split("-")[0] and result["contiguous"], name
         assert result["untouched"], name
+        assert result["pair_same"], name  # q and k in one launch: the same bits as two
 
 
 ARGMAX = """

@@ -151,11 +151,13 @@ class CudaOps(DenseOps):
     def norm(self, x, norm: RMSNorm, residual=None):
         return triton_norms.rms_norm(x, self.weights[norm], norm.eps, residual)
 
-    def head_norm_rope(self, x, norm: RMSNorm, cos, sin) -> torch.Tensor:
-        return triton_norms.head_norm_rope(x, self.weights[norm], cos, sin, norm.eps)
-
-    def rope(self, x, cos, sin) -> torch.Tensor:
-        return triton_norms.rope(x, cos, sin)
+    def qk_rope(self, q, k, cos, sin, norms: tuple[RMSNorm, RMSNorm] | None = None):
+        """One launch for an attention layer's q and k (`triton_norms.qk_rope`)."""
+        if norms is None:
+            return triton_norms.qk_rope(q, k, None, None, cos, sin)
+        q_norm, k_norm = norms
+        weights = (self.weights[q_norm], self.weights[k_norm])
+        return triton_norms.qk_rope(q, k, *weights, cos, sin, q_norm.eps, k_norm.eps)
 
     def attention(self, q, k, v, k_cache, v_cache, batch, scale: float) -> torch.Tensor:
         if self.attention_backend is None:

@@ -47,12 +47,12 @@ class TorchOps:
             x = x + residual
         return norm(x), x
 
-    def head_norm_rope(self, x, norm: RMSNorm, cos, sin) -> torch.Tensor:
-        return apply_rotary(norm(x), cos, sin)
-
-    def rope(self, x, cos, sin) -> torch.Tensor:
-        """Rotary positions alone (heads without a q/k norm: Llama)."""
-        return apply_rotary(x, cos, sin)
+    def qk_rope(self, q, k, cos, sin, norms: tuple[RMSNorm, RMSNorm] | None = None):
+        """An attention layer's q and k [T, heads, D]: each head normed (`norms`: (q_norm,
+        k_norm), Qwen3.5's) then rotated; without norms, rotated alone (Llama's)."""
+        if norms is not None:
+            q, k = norms[0](q), norms[1](k)
+        return apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
 
     def attention(self, q, k, v, k_cache, v_cache, batch, scale: float) -> torch.Tensor:
         return torch_paged_attention(q, k, v, k_cache, v_cache, batch, scale)

@@ -80,18 +80,13 @@ def rms_norm(
     return out, res_out
 
 
-@bound
 @triton.jit
-def _head_norm_rope_kernel(
-    X, OUT, W, COS, SIN, stride_xt, stride_xh, H, D, HALF, eps,
-    HAS_NORM: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr = False,
+def _norm_rope_head(
+    base, out, W, COS, SIN, t, D, HALF, eps, HAS_NORM: tl.constexpr, BLOCK: tl.constexpr
 ):  # fmt: skip
-    pdl_start(PDL)
-    pid = tl.program_id(0)
-    t, h = pid // H, pid % H
+    """One head at `base` (token t) normed (HAS_NORM) then rotated, stored at `out`."""
     cols = tl.arange(0, BLOCK)
     mask = cols < D
-    base = X + t * stride_xt + h * stride_xh
     # Neox rotation of the first 2 * HALF dims: the partner of i is i +- HALF.
     rotated = cols < 2 * HALF
     first = cols < HALF
@@ -101,15 +96,35 @@ def _head_norm_rope_kernel(
     yp = tl.load(base + partner, mask=pmask, other=0.0).to(tl.float32)
     if HAS_NORM:  # the reference rounds the normed head before rotating it
         inv = 1.0 / tl.sqrt(tl.sum(y * y, axis=0) / D + eps)
-        y = (y * inv * tl.load(W + cols, mask=mask, other=0.0)).to(OUT.dtype.element_ty)
+        y = (y * inv * tl.load(W + cols, mask=mask, other=0.0)).to(out.dtype.element_ty)
         y = y.to(tl.float32)
-        yp = (yp * inv * tl.load(W + partner, mask=pmask, other=0.0)).to(OUT.dtype.element_ty)
+        yp = (yp * inv * tl.load(W + partner, mask=pmask, other=0.0)).to(out.dtype.element_ty)
         yp = yp.to(tl.float32)
     freq = tl.where(first, cols, cols - HALF)
     cos = tl.load(COS + t * HALF + freq, mask=pmask, other=1.0)
     sin = tl.load(SIN + t * HALF + freq, mask=pmask, other=0.0)
-    out = tl.where(rotated, tl.where(first, y * cos - yp * sin, y * cos + yp * sin), y)
-    tl.store(OUT + pid * D + cols, out.to(OUT.dtype.element_ty), mask=mask)
+    rope = tl.where(rotated, tl.where(first, y * cos - yp * sin, y * cos + yp * sin), y)
+    tl.store(out + cols, rope.to(out.dtype.element_ty), mask=mask)
+
+
+@bound
+@triton.jit
+def _head_norm_rope_kernel(
+    X, OUT, W, X2, OUT2, W2, COS, SIN, stride_xt, stride_xh, stride_x2t, stride_x2h, H, H2, D,
+    HALF, eps, eps2, HAS_NORM: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr = False,
+):  # fmt: skip
+    """Program (token, head) over H heads of X then H2 of X2 (an attention layer's q and k:
+    one launch), each head by the same code."""
+    pdl_start(PDL)
+    pid = tl.program_id(0)
+    t, h = pid // (H + H2), pid % (H + H2)
+    if h < H:
+        _norm_rope_head(X + t * stride_xt + h * stride_xh, OUT + (t * H + h) * D, W, COS, SIN,
+                        t, D, HALF, eps, HAS_NORM, BLOCK)  # fmt: skip
+    else:
+        h2 = h - H
+        _norm_rope_head(X2 + t * stride_x2t + h2 * stride_x2h, OUT2 + (t * H2 + h2) * D, W2, COS,
+                        SIN, t, D, HALF, eps2, HAS_NORM, BLOCK)  # fmt: skip
 
 
 def head_norm_rope(
@@ -118,26 +133,44 @@ def head_norm_rope(
     """Per-head RMS norm (fp32 weight, scale applied) then neox rotary of the first
     2 * cos.shape[1] dims. x [T, H, D], a view whose last axis is contiguous; cos/sin fp32
     [T, rotary_dim / 2]. Returns a contiguous [T, H, D] in x's dtype."""
-    return _heads(x, weight, cos, sin, eps)
+    return _heads(x, None, weight, None, cos, sin, eps, 0.0)[0]
 
 
 def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Neox rotary of the first 2 * cos.shape[1] dims of each head, in fp32, rounded once
     (engine/layers/rotary.py's `apply_rotary`; Llama's q and k); the other dims pass through.
     x [T, H, D] as for `head_norm_rope`. Returns a contiguous [T, H, D] in x's dtype."""
-    return _heads(x, None, cos, sin, 0.0)
+    return _heads(x, None, None, None, cos, sin, 0.0, 0.0)[0]
 
 
-def _heads(x, weight, cos, sin, eps: float) -> torch.Tensor:
+def qk_rope(q, k, q_weight, k_weight, cos, sin, q_eps: float = 0.0, k_eps: float = 0.0):
+    """An attention layer's q [T, Hq, D] and k [T, Hk, D] (views as for `head_norm_rope`)
+    each head normed by its weight (both given: Qwen3.5's q/k norms; both None: Llama's rotary
+    alone) then rotated, in one launch: (q, k), each head's bits those of `head_norm_rope` /
+    `rope` of it alone."""
+    return _heads(q, k, q_weight, k_weight, cos, sin, q_eps, k_eps)
+
+
+def _heads(x, x2, weight, weight2, cos, sin, eps: float, eps2: float) -> tuple:
     tokens, heads, dim = x.shape
     out = torch.empty((tokens, heads, dim), dtype=x.dtype, device=x.device)
+    second = x if x2 is None else x2
+    heads2 = 0 if x2 is None else x2.shape[1]
+    out2 = out if x2 is None else torch.empty_like(x2, memory_format=torch.contiguous_format)
+    if x2 is not None and (
+        x2.shape[0] != tokens or x2.shape[2] != dim or (weight is None) != (weight2 is None)
+    ):
+        raise ValueError(
+            f"qk_rope: q {tuple(x.shape)} and k {tuple(x2.shape)}, both normed or neither"
+        )
     if tokens:
-        _head_norm_rope_kernel[(tokens * heads,)](
-            x, out, x if weight is None else weight, cos, sin, x.stride(0), x.stride(1),
-            heads, dim, cos.shape[1], eps,
+        _head_norm_rope_kernel[(tokens * (heads + heads2),)](
+            x, out, x if weight is None else weight, second, out2,
+            x if weight2 is None else weight2, cos, sin, x.stride(0), x.stride(1),
+            second.stride(0), second.stride(1), heads, heads2, dim, cos.shape[1], eps, eps2,
             HAS_NORM=weight is not None, BLOCK=triton.next_power_of_2(dim),
         )  # fmt: skip
-    return out
+    return out, out2
 
 
 @bound
