@@ -24,7 +24,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.gpu_quick]
 if not torch.cuda.is_available():
     pytest.skip("needs CUDA", allow_module_level=True)
 
-from engine.kernels import triton_norms  # noqa: E402  (imports triton: CUDA machines only)
+from engine.kernels import triton_norms, triton_rope  # noqa: E402  (imports triton: CUDA only)
 from engine.kernels.cuda_ops import CudaOps  # noqa: E402
 from engine.kernels.gpu_sampler import sample_on_gpu  # noqa: E402
 from engine.kernels.torch_ops import TORCH_OPS  # noqa: E402
@@ -91,9 +91,7 @@ def test_norm_kernels_equal_the_reference(dtype):
     heads = torch.randn(7, 8, 512, device=CUDA, dtype=dtype, generator=gen)  # [query | gate]
     cos, sin = RotaryEmbedding(64, 1e7)(torch.tensor([0, 1, 5, 99, 511, 2000, 4095], device=CUDA))
     head_norm = RMSNorm(256).to(CUDA, dtype)
-    got = triton_norms.head_norm_rope(
-        heads[..., :256], 1 + head_norm.weight.float(), cos, sin, 1e-6
-    )
+    got = triton_rope.head_norm_rope(heads[..., :256], 1 + head_norm.weight.float(), cos, sin, 1e-6)
     want = TORCH_OPS.qk_rope(heads[..., :256], heads[:, :2, :256], cos, sin,
                              (head_norm, head_norm))[0]  # fmt: skip
     torch.testing.assert_close(got, want, atol=TOL[dtype], rtol=TOL[dtype])
@@ -103,11 +101,11 @@ def test_norm_kernels_equal_the_reference(dtype):
     packed = torch.randn(7, (24 + 2 * 8) * 128, device=CUDA, dtype=dtype, generator=gen)
     q = packed[:, : 24 * 128].view(7, 24, 128)
     k = packed[:, 24 * 128 : 32 * 128].view(7, 8, 128)
-    got, got_k = triton_norms.qk_rope(q, k, None, None, cos, sin)  # one launch, as the layer's
+    got, got_k = triton_rope.qk_rope(q, k, None, None, cos, sin)  # one launch, as the layer's
     want, want_k = TORCH_OPS.qk_rope(q, k, cos, sin)
     torch.testing.assert_close(got, want, atol=TOL[dtype], rtol=TOL[dtype])
     torch.testing.assert_close(got_k, want_k, atol=TOL[dtype], rtol=TOL[dtype])
-    assert torch.equal(got, triton_norms.rope(q, cos, sin))  # each head's bits as alone
+    assert torch.equal(got, triton_rope.rope(q, cos, sin))  # each head's bits as alone
 
     core = torch.randn(7, 16, 128, device=CUDA, dtype=dtype, generator=gen)
     z = torch.randn(7, 3000, device=CUDA, dtype=dtype, generator=gen)[:, : 16 * 128]

@@ -664,8 +664,11 @@ def test_skinny_gemm_in_the_interpreter_equals_fp32_math():
 
 ROPE_CHECK = r"""
 import json
+from types import SimpleNamespace
 import torch
-from engine.kernels import triton_norms
+from engine.config import KernelsConfig
+from engine.kernels import triton_rope
+from engine.kernels.cuda_ops import CudaOps
 from engine.layers.norm import RMSNorm
 from engine.layers.rotary import RotaryEmbedding, apply_rotary
 from engine.kernels.torch_ops import TorchOps
@@ -678,22 +681,22 @@ for dtype in (torch.float32, torch.bfloat16):
         cos, sin = RotaryEmbedding(rotary, 5e5)(positions)
         packed = torch.randn(5, 3 * heads * dim).to(dtype)  # a projection's q | k | v
         x = packed[:, heads * dim : 2 * heads * dim].view(5, heads, dim)  # strided rows
-        got = triton_norms.rope(x, cos, sin)
+        got = triton_rope.rope(x, cos, sin)
         want = apply_rotary(x, cos, sin)
         norm = RMSNorm(dim)
         norm.weight.data.normal_(0, 0.1)
         w = 1 + norm.weight.float()  # before norm.to(dtype), which converts it in place
-        normed = triton_norms.head_norm_rope(x, w, cos, sin, 1e-6)
+        normed = triton_rope.head_norm_rope(x, w, cos, sin, 1e-6)
         want_normed = TorchOps().qk_rope(x, x, cos, sin, (norm.to(dtype), norm.to(dtype)))[0]
         # q and k in one launch (an attention layer's qk_rope): each head's bits as alone
         k_norm = RMSNorm(dim)
         k_norm.weight.data.normal_(0, 0.1)
         k = packed[:, 2 * heads * dim :].view(5, heads, dim)[:, :2]  # fewer k heads, strided
         kw = 1 + k_norm.weight.float()
-        pair = triton_norms.qk_rope(x, k, w, kw, cos, sin, 1e-6, 1e-5)
-        alone = (normed, triton_norms.head_norm_rope(k, kw, cos, sin, 1e-5))
-        plain_pair = triton_norms.qk_rope(x, k, None, None, cos, sin)
-        plain_alone = (got, triton_norms.rope(k, cos, sin))
+        pair = triton_rope.qk_rope(x, k, w, kw, cos, sin, 1e-6, 1e-5)
+        alone = (normed, triton_rope.head_norm_rope(k, kw, cos, sin, 1e-5))
+        plain_pair = triton_rope.qk_rope(x, k, None, None, cos, sin)
+        plain_alone = (got, triton_rope.rope(k, cos, sin))
         report[f"{str(dtype)[6:]}-{heads}x{dim}-rot{rotary}"] = {
             "pair_same": all(torch.equal(a, b) for a, b in zip(pair + plain_pair,
                                                                alone + plain_alone)),
@@ -704,6 +707,42 @@ for dtype in (torch.float32, torch.bfloat16):
             "dtype": str(got.dtype), "contiguous": got.is_contiguous(),
             "untouched": torch.equal(got[..., rotary:], x[..., rotary:]),
         }
+        # a decode step's K and V stored in the same launch (kv=): the caches store_kv fills
+        # from the rotated k, slot -1 (a padding row) stored nowhere
+        v = torch.randn(5, 2, dim).to(dtype)
+        slots = torch.tensor([9, 3, -1, 30, 0])
+        caches = [torch.zeros(4, 8, 2, dim, dtype=dtype) for _ in range(4)]
+        store = triton_rope.KvStore(v, caches[0], caches[1], slots)
+        fused = triton_rope.qk_rope(x, k, w, kw, cos, sin, 1e-6, 1e-5, kv=store)
+        triton_rope.store_kv(pair[1].view(5, -1), v.view(5, -1), caches[2], caches[3], slots)
+        report[f"{str(dtype)[6:]}-{heads}x{dim}-rot{rotary}"]["kv_same"] = (
+            torch.equal(caches[0], caches[2]) and torch.equal(caches[1], caches[3])
+            and all(torch.equal(a, b) for a, b in zip(fused, pair)) and caches[0].any().item())
+
+# which steps store K and V with the rotary (CudaOps._kv_early): a decode step; not the
+# piecewise runner's (a token bucket) or a prefill step, whose attention op stores them; the
+# caches the same either way
+calls = []
+real_store = triton_rope.store_kv
+triton_rope.store_kv = lambda *args: calls.append("attention") or real_store(*args)
+routes = {}
+for name, decode, bucket in (("decode", True, None), ("piecewise", True, 16),
+                             ("prefill", False, None)):
+    ops = CudaOps(torch.nn.Linear(1, 1), torch.device("cpu"), 8, config=KernelsConfig())
+    ops.attention_backend = SimpleNamespace(run=lambda q, kc, vc, scale: q)  # routing only
+    batch = SimpleNamespace(is_decode=decode, token_bucket=bucket, slot_mapping=slots)
+    kc, vc = (torch.zeros(4, 8, 2, 64) for _ in range(2))
+    q, k = torch.randn(5, 3, 64), torch.randn(5, 2, 64)
+    v = torch.randn(5, 2, 64)
+    cos, sin = RotaryEmbedding(16, 5e5)(positions)
+    calls.clear()
+    q2, k2 = ops.qk_rope(q, k, cos, sin, kv=(v, kc, vc, batch))
+    ops.attention(q2, k2, v, kc, vc, batch, 1.0)
+    want_k, want_v = torch.zeros_like(kc), torch.zeros_like(vc)
+    real_store(k2.view(5, -1), v.view(5, -1), want_k, want_v, slots)
+    routes[name] = {"attention_stored": calls == ["attention"],
+                    "same": torch.equal(kc, want_k) and torch.equal(vc, want_v)}
+report["routes"] = routes
 print(json.dumps(report))
 """
 
@@ -716,8 +755,11 @@ def test_rotary_kernels_in_the_interpreter_equal_the_reference():
     rounds) and four for the norm + rotary (rounded after the norm, then after the rotation,
     which mixes two rounded values). The dims past the rotary part pass through unchanged.
     q and k in one launch (`qk_rope`, each with its own norm and eps, k fewer heads) store
-    what each alone does."""
+    what each alone does; with `kv=`, the caches hold what `store_kv` of the rotated k and v
+    puts there. The CUDA ops store them so on a decode step alone (`_kv_early`), and the
+    attention op does everywhere else: each slot written once, by one of the two."""
     report = _interpret(ROPE_CHECK)
+    routes = report.pop("routes")
     assert len(report) == 4, sorted(report)
     for name, result in report.items():
         fp32 = name.startswith("float32")
@@ -728,6 +770,12 @@ def test_rotary_kernels_in_the_interpreter_equal_the_reference():
         assert result["dtype"] == "torch." + name.split("-")[0] and result["contiguous"], name
         assert result["untouched"], name
         assert result["pair_same"], name  # q and k in one launch: the same bits as two
+        assert result["kv_same"], name  # with K and V stored: store_kv's caches
+    assert routes == {
+        "decode": {"attention_stored": False, "same": True},
+        "piecewise": {"attention_stored": True, "same": True},
+        "prefill": {"attention_stored": True, "same": True},
+    }
 
 
 ARGMAX = """
@@ -853,9 +901,9 @@ def test_decode_attention_in_the_interpreter_equals_dense_attention():
 
 # The Triton decode path through the CUDA ops (engine/kernels/cuda_ops.py, FlashInferAttention
 # with decode_kernel "triton", FlashInfer itself a stand-in: tests/fake_flashinfer.py): decode
-# steps staged by the step inputs, eagerly and padded to a graph bucket, bf16; the op stores
-# the step's K/V (our store kernel) and attends over the cache with the layer's scale, against
-# torch_paged_attention on a copy of the cache.
+# steps staged by the step inputs, eagerly and padded to a graph bucket, bf16; qk_rope stores
+# the step's K/V (a decode step's, in its launch) and the op attends over the cache with the
+# layer's scale, against torch_paged_attention on a copy of the cache.
 OPS_CHECK = r"""
 import json
 import sys
@@ -898,6 +946,10 @@ for name, cached, bucket in (("eager", [5, 40, 16, 99], None), ("bucket", [0, 31
     q = torch.randn(batch.num_rows, Q_HEADS, DIM).bfloat16()
     k, v = torch.randn(2, batch.num_rows, KV_HEADS, DIM).bfloat16()
     slot = ops.begin_step(batch, bucket)
+    # as the layer calls them: qk_rope (an identity rotary here) stores a decode step's K and V
+    # (CudaOps._kv_early), then attention attends
+    half = torch.ones(batch.num_rows, DIM // 2)
+    q, k = ops.qk_rope(q, k, half, 0 * half, kv=(v, k_cache, v_cache, batch))
     got = ops.attention(q, k, v, k_cache, v_cache, batch, 0.2)
     want = torch_paged_attention(q[:rows], k[:rows], v[:rows], ref_k, ref_v, ref_batch, 0.2)
     report[name] = {

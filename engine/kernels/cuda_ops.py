@@ -33,7 +33,7 @@ import torch
 from torch import nn
 
 from engine.config import KernelsConfig
-from engine.kernels import triton_argmax, triton_gdn, triton_norms
+from engine.kernels import triton_argmax, triton_gdn, triton_norms, triton_rope
 from engine.kernels.cuda_dense import DenseOps
 from engine.kernels.flashinfer_attention import FlashInferAttention
 from engine.kernels.gdn_launch import (
@@ -151,22 +151,36 @@ class CudaOps(DenseOps):
     def norm(self, x, norm: RMSNorm, residual=None):
         return triton_norms.rms_norm(x, self.weights[norm], norm.eps, residual)
 
-    def qk_rope(self, q, k, cos, sin, norms: tuple[RMSNorm, RMSNorm] | None = None):
-        """One launch for an attention layer's q and k (`triton_norms.qk_rope`)."""
-        if norms is None:
-            return triton_norms.qk_rope(q, k, None, None, cos, sin)
-        q_norm, k_norm = norms
-        weights = (self.weights[q_norm], self.weights[k_norm])
-        return triton_norms.qk_rope(q, k, *weights, cos, sin, q_norm.eps, k_norm.eps)
+    def qk_rope(self, q, k, cos, sin, norms: tuple[RMSNorm, RMSNorm] | None = None, kv=None):
+        """One launch for an attention layer's q and k (`triton_rope.qk_rope`). `kv`: (v,
+        k_cache, v_cache, batch); where `_kv_early`, k and v go to their cache slots in that
+        launch too, and `attention` stores nothing."""
+        store = None
+        if kv is not None and self._kv_early(kv[3]):
+            v, k_cache, v_cache, batch = kv
+            store = triton_rope.KvStore(v, k_cache, v_cache, batch.slot_mapping)
+        weights, eps = (None, None), (0.0, 0.0)
+        if norms is not None:
+            weights = (self.weights[norms[0]], self.weights[norms[1]])
+            eps = (norms[0].eps, norms[1].eps)
+        return triton_rope.qk_rope(q, k, *weights, cos, sin, *eps, kv=store)
 
     def attention(self, q, k, v, k_cache, v_cache, batch, scale: float) -> torch.Tensor:
         if self.attention_backend is None:
             return torch_paged_attention(q, k, v, k_cache, v_cache, batch, scale)
-        tokens = k.shape[0]
-        triton_norms.store_kv(
-            k.view(tokens, -1), v.view(tokens, -1), k_cache, v_cache, batch.slot_mapping
-        )
+        if not self._kv_early(batch):
+            tokens = k.shape[0]
+            triton_rope.store_kv(
+                k.view(tokens, -1), v.view(tokens, -1), k_cache, v_cache, batch.slot_mapping
+            )
         return self.attention_backend.run(q, k_cache, v_cache, scale)
+
+    def _kv_early(self, batch) -> bool:
+        """Whether a step's K and V are stored by `qk_rope` rather than by `attention`: a
+        decode step outside the piecewise runner (whose attention runs eagerly between its
+        pieces, on the step's real tokens) on the kernels' attention. `qk_rope` and
+        `attention` ask it of the same step, and agree."""
+        return self.attention_backend is not None and batch.is_decode and batch.token_bucket is None
 
     def linear_attention(self, layer: GatedDeltaNet, mixed, a, b, conv_state, ssm_state, batch):
         """The conv (unless the in-projection's epilogue ran it: `_conv_fused`), then the rule."""

@@ -31,6 +31,7 @@ from engine.kernels import (
     triton_gdn_split_kernels,
     triton_gemm,
     triton_norms,
+    triton_rope,
     triton_snac,
 )
 from engine.kernels.gdn_config import SplitConfig
@@ -117,7 +118,8 @@ def recording(launches: list):
     swapped = []
     gdn = (triton_gdn_conv, triton_gdn_recurrent, triton_gdn_chunked, triton_gdn_split_kernels,
            triton_gdn_split)  # fmt: skip
-    modules = (triton_norms, *gdn, triton_snac, triton_gemm, triton_argmax, triton_decode)
+    modules = (triton_norms, triton_rope, *gdn, triton_snac, triton_gemm, triton_argmax,
+               triton_decode)  # fmt: skip
     for module in modules:
         for name in dir(module):
             value = getattr(module, name)

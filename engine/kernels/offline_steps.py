@@ -18,6 +18,7 @@ from engine.kernels import (
     triton_argmax,
     triton_gdn,
     triton_norms,
+    triton_rope,
     triton_snac,
 )
 from engine.kernels.gdn_config import SPLIT_DEFAULT, SplitConfig
@@ -115,10 +116,10 @@ def _run_wrappers(dtype: torch.dtype) -> None:
     triton_norms.rms_norm(x, w, 1e-6, residual=x.clone())
     q = torch.zeros(tokens, heads, head_dim, dtype=dtype)
     cos = torch.zeros(tokens, 32, dtype=torch.float32)
-    triton_norms.head_norm_rope(q, torch.zeros(head_dim), cos, cos, 1e-6)
+    triton_rope.head_norm_rope(q, torch.zeros(head_dim), cos, cos, 1e-6)
     heads_3b = torch.zeros(tokens, 3 * 24 * 128, dtype=dtype)[:, : 24 * 128]  # Llama's q view
     full = torch.zeros(tokens, 64, dtype=torch.float32)  # full rotary: head_dim / 2
-    triton_norms.rope(heads_3b.view(tokens, 24, 128), full, full)
+    triton_rope.rope(heads_3b.view(tokens, 24, 128), full, full)
     core = torch.zeros(tokens, V_HEADS, DIM, dtype=dtype)
     triton_norms.gated_norm(core, torch.zeros(tokens, V_HEADS * DIM, dtype=dtype), w[:DIM], 1e-6)
     triton_norms.silu_mul(torch.zeros(tokens, 2 * 3584, dtype=dtype))
@@ -126,7 +127,10 @@ def _run_wrappers(dtype: torch.dtype) -> None:
     triton_norms.sigmoid_gate(q.view(tokens, -1), query_gate[..., head_dim:])
     cache = torch.zeros(64, 16, 2, 256, dtype=dtype)
     kv = torch.zeros(tokens, 2, 256, dtype=dtype)
-    triton_norms.store_kv(kv, kv, cache, cache, torch.zeros(tokens, dtype=torch.int64))
+    triton_rope.store_kv(kv, kv, cache, cache, torch.zeros(tokens, dtype=torch.int64))
+    slots = torch.zeros(tokens, dtype=torch.int64)  # a decode step's K/V stored with its rotary
+    store = triton_rope.KvStore(kv, cache, cache, slots)
+    triton_rope.qk_rope(q, kv, torch.zeros(head_dim), torch.zeros(head_dim), cos, cos, kv=store)
     triton_argmax.argmax(torch.zeros(64, 248_320, dtype=dtype))  # a decode graph's greedy choice
     step = _gdn_step(dtype)
     meta = step.meta

@@ -47,9 +47,10 @@ class TorchOps:
             x = x + residual
         return norm(x), x
 
-    def qk_rope(self, q, k, cos, sin, norms: tuple[RMSNorm, RMSNorm] | None = None):
+    def qk_rope(self, q, k, cos, sin, norms: tuple[RMSNorm, RMSNorm] | None = None, kv=None):
         """An attention layer's q and k [T, heads, D]: each head normed (`norms`: (q_norm,
-        k_norm), Qwen3.5's) then rotated; without norms, rotated alone (Llama's)."""
+        k_norm), Qwen3.5's) then rotated; without norms, rotated alone (Llama's). `kv` (v and
+        the caches) changes nothing here: `attention` stores K and V."""
         if norms is not None:
             q, k = norms[0](q), norms[1](k)
         return apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)

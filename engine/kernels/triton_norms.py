@@ -1,7 +1,7 @@
 """Triton kernels for the elementwise and per-row work of a step: RMS norms (with the residual
-add fused), per-head q/k norm fused with partial rotary (and the rotary alone: Llama's heads),
-the gated norm of Gated DeltaNet, gated attention's sigmoid gate, SiLU-and-multiply, and the
-paged K/V store.
+add fused), the gated norm of Gated DeltaNet, gated attention's sigmoid gate and
+SiLU-and-multiply. An attention layer's inputs (q/k norm, rotary, the K/V store):
+triton_rope.py.
 
 Each kernel rounds where the torch reference (engine/layers) rounds, so the two agree to the
 last bit in fp32 and to bf16 rounding in bf16: sums in fp32, one rounding per reference op;
@@ -78,99 +78,6 @@ def rms_norm(
             HAS_RES=residual is not None, BLOCK=triton.next_power_of_2(n), SPLIT=split,
         )  # fmt: skip
     return out, res_out
-
-
-@triton.jit
-def _norm_rope_head(
-    base, out, W, COS, SIN, t, D, HALF, eps, HAS_NORM: tl.constexpr, BLOCK: tl.constexpr
-):  # fmt: skip
-    """One head at `base` (token t) normed (HAS_NORM) then rotated, stored at `out`."""
-    cols = tl.arange(0, BLOCK)
-    mask = cols < D
-    # Neox rotation of the first 2 * HALF dims: the partner of i is i +- HALF.
-    rotated = cols < 2 * HALF
-    first = cols < HALF
-    partner = tl.where(first, cols + HALF, cols - HALF)
-    pmask = mask & rotated
-    y = tl.load(base + cols, mask=mask, other=0.0).to(tl.float32)
-    yp = tl.load(base + partner, mask=pmask, other=0.0).to(tl.float32)
-    if HAS_NORM:  # the reference rounds the normed head before rotating it
-        inv = 1.0 / tl.sqrt(tl.sum(y * y, axis=0) / D + eps)
-        y = (y * inv * tl.load(W + cols, mask=mask, other=0.0)).to(out.dtype.element_ty)
-        y = y.to(tl.float32)
-        yp = (yp * inv * tl.load(W + partner, mask=pmask, other=0.0)).to(out.dtype.element_ty)
-        yp = yp.to(tl.float32)
-    freq = tl.where(first, cols, cols - HALF)
-    cos = tl.load(COS + t * HALF + freq, mask=pmask, other=1.0)
-    sin = tl.load(SIN + t * HALF + freq, mask=pmask, other=0.0)
-    rope = tl.where(rotated, tl.where(first, y * cos - yp * sin, y * cos + yp * sin), y)
-    tl.store(out + cols, rope.to(out.dtype.element_ty), mask=mask)
-
-
-@bound
-@triton.jit
-def _head_norm_rope_kernel(
-    X, OUT, W, X2, OUT2, W2, COS, SIN, stride_xt, stride_xh, stride_x2t, stride_x2h, H, H2, D,
-    HALF, eps, eps2, HAS_NORM: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr = False,
-):  # fmt: skip
-    """Program (token, head) over H heads of X then H2 of X2 (an attention layer's q and k:
-    one launch), each head by the same code."""
-    pdl_start(PDL)
-    pid = tl.program_id(0)
-    t, h = pid // (H + H2), pid % (H + H2)
-    if h < H:
-        _norm_rope_head(X + t * stride_xt + h * stride_xh, OUT + (t * H + h) * D, W, COS, SIN,
-                        t, D, HALF, eps, HAS_NORM, BLOCK)  # fmt: skip
-    else:
-        h2 = h - H
-        _norm_rope_head(X2 + t * stride_x2t + h2 * stride_x2h, OUT2 + (t * H2 + h2) * D, W2, COS,
-                        SIN, t, D, HALF, eps2, HAS_NORM, BLOCK)  # fmt: skip
-
-
-def head_norm_rope(
-    x: torch.Tensor, weight: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, eps: float
-) -> torch.Tensor:
-    """Per-head RMS norm (fp32 weight, scale applied) then neox rotary of the first
-    2 * cos.shape[1] dims. x [T, H, D], a view whose last axis is contiguous; cos/sin fp32
-    [T, rotary_dim / 2]. Returns a contiguous [T, H, D] in x's dtype."""
-    return _heads(x, None, weight, None, cos, sin, eps, 0.0)[0]
-
-
-def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Neox rotary of the first 2 * cos.shape[1] dims of each head, in fp32, rounded once
-    (engine/layers/rotary.py's `apply_rotary`; Llama's q and k); the other dims pass through.
-    x [T, H, D] as for `head_norm_rope`. Returns a contiguous [T, H, D] in x's dtype."""
-    return _heads(x, None, None, None, cos, sin, 0.0, 0.0)[0]
-
-
-def qk_rope(q, k, q_weight, k_weight, cos, sin, q_eps: float = 0.0, k_eps: float = 0.0):
-    """An attention layer's q [T, Hq, D] and k [T, Hk, D] (views as for `head_norm_rope`)
-    each head normed by its weight (both given: Qwen3.5's q/k norms; both None: Llama's rotary
-    alone) then rotated, in one launch: (q, k), each head's bits those of `head_norm_rope` /
-    `rope` of it alone."""
-    return _heads(q, k, q_weight, k_weight, cos, sin, q_eps, k_eps)
-
-
-def _heads(x, x2, weight, weight2, cos, sin, eps: float, eps2: float) -> tuple:
-    tokens, heads, dim = x.shape
-    out = torch.empty((tokens, heads, dim), dtype=x.dtype, device=x.device)
-    second = x if x2 is None else x2
-    heads2 = 0 if x2 is None else x2.shape[1]
-    out2 = out if x2 is None else torch.empty_like(x2, memory_format=torch.contiguous_format)
-    if x2 is not None and (
-        x2.shape[0] != tokens or x2.shape[2] != dim or (weight is None) != (weight2 is None)
-    ):
-        raise ValueError(
-            f"qk_rope: q {tuple(x.shape)} and k {tuple(x2.shape)}, both normed or neither"
-        )
-    if tokens:
-        _head_norm_rope_kernel[(tokens * (heads + heads2),)](
-            x, out, x if weight is None else weight, second, out2,
-            x if weight2 is None else weight2, cos, sin, x.stride(0), x.stride(1),
-            second.stride(0), second.stride(1), heads, heads2, dim, cos.shape[1], eps, eps2,
-            HAS_NORM=weight is not None, BLOCK=triton.next_power_of_2(dim),
-        )  # fmt: skip
-    return out, out2
 
 
 @bound
@@ -263,31 +170,3 @@ def silu_mul(x: torch.Tensor) -> torch.Tensor:
     if rows:
         _silu_mul_kernel[(rows, triton.cdiv(n, block))](x, out, x.stride(0), n, BLOCK=block)
     return out
-
-
-@bound
-@triton.jit
-def _store_kv_kernel(
-    K, V, KC, VC, SLOT, stride_kt, stride_vt, N, BLOCK: tl.constexpr, PDL: tl.constexpr = False
-):
-    pdl_start(PDL)
-    t = tl.program_id(0)
-    slot = tl.load(SLOT + t).to(tl.int64)
-    cols = tl.arange(0, BLOCK)
-    mask = (cols < N) & (slot >= 0)  # a negative slot is a padding token: nothing stored
-    k = tl.load(K + t * stride_kt + cols, mask=mask)
-    v = tl.load(V + t * stride_vt + cols, mask=mask)
-    tl.store(KC + slot * N + cols, k, mask=mask)
-    tl.store(VC + slot * N + cols, v, mask=mask)
-
-
-def store_kv(k, v, k_cache, v_cache, slot_mapping) -> None:
-    """One launch per layer: token t's K and V ([T, kv_heads * head_dim] views) go to flat slot
-    slot_mapping[t] of the [pages, page_size, kv_heads, head_dim] caches."""
-    tokens = k.shape[0]
-    n = k_cache.shape[2] * k_cache.shape[3]
-    if tokens:
-        _store_kv_kernel[(tokens,)](
-            k, v, k_cache, v_cache, slot_mapping, k.stride(0), v.stride(0), n,
-            BLOCK=triton.next_power_of_2(n),
-        )  # fmt: skip

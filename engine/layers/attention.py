@@ -135,9 +135,9 @@ class GatedAttention(nn.Module):
         ops, tokens, dim = batch.ops, x.shape[0], self.head_dim
         packed, k, v = ops.project(x, (self.q_proj, self.k_proj, self.v_proj))
         query_gate = packed.view(tokens, self.heads, 2 * dim)
-        q, k = ops.qk_rope(query_gate[..., :dim], k.view(tokens, self.kv_heads, dim), cos, sin,
-                           (self.q_norm, self.k_norm))  # fmt: skip
         v = v.view(tokens, self.kv_heads, dim)
+        q, k = ops.qk_rope(query_gate[..., :dim], k.view(tokens, self.kv_heads, dim), cos, sin,
+                           (self.q_norm, self.k_norm), kv=(v, k_cache, v_cache, batch))  # fmt: skip
         out = ops.attention(q, k, v, k_cache, v_cache, batch, self.scale)
         return ops.attention_output(self, out, query_gate[..., dim:])  # o_proj(out * sigmoid)
 
@@ -163,11 +163,10 @@ class Attention(nn.Module):
         """The cached path, through the step's ops."""
         ops, tokens, dim = batch.ops, x.shape[0], self.head_dim
         q, k, v = ops.project(x, (self.q_proj, self.k_proj, self.v_proj))
+        v = v.view(tokens, self.kv_heads, dim)
         q, k = ops.qk_rope(q.view(tokens, self.heads, dim), k.view(tokens, self.kv_heads, dim),
-                           cos, sin)  # fmt: skip
-        out = ops.attention(
-            q, k, v.view(tokens, self.kv_heads, dim), k_cache, v_cache, batch, self.scale
-        )
+                           cos, sin, kv=(v, k_cache, v_cache, batch))  # fmt: skip
+        out = ops.attention(q, k, v, k_cache, v_cache, batch, self.scale)
         return ops.linear(self.o_proj, out.reshape(tokens, -1), to_norm=True)
 
     def forward_full(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
