@@ -110,6 +110,7 @@ def count(scenario_name: str, size: str, rows: int, context: int, settings: str 
     scenario = load_scenario(scenario_name, size, overrides)
     config = dataclasses.replace(scenario.engine, device="cpu")
     model, small_kinds, kinds = _small_model(scenario)
+    model.rotary.tabulate(config.max_model_len, torch.device("cpu"))  # as the engine on CUDA
     page = config.page_size
     pages = -(-(context + 1) // page)
     cache = KVCache(model.cache_shapes(), rows * pages, page, rows, model.head.weight.dtype, "cpu")

@@ -2,7 +2,8 @@
 (Triton's launches recorded, not run): each layer kind's kernels in order, with
 `engine.dense_epilogues` on (every fusion: the conv after the in-projection, the gated norm
 and the sigmoid gate before the output projections, SiLU-mul, the splits' sums in the norms)
-and off, and the decode step's K/V stored in the rotary's launch either way. Needs the
+and off, and the decode step's K/V stored in the rotary's launch either way; the rotary's cos
+and sin gathered from its table. Needs the
 `triton` package (skips without it, as in CI)."""
 
 from __future__ import annotations
@@ -53,6 +54,8 @@ def test_a_08b_decode_steps_layers_launch_these_kernels(settings, gdn, attention
     assert parts["layer 7 full_attention"][len(attention) :] in ([], ["split_sum"])
     assert not any(name.startswith("torch") for label, names in parts.items()
                    if label.startswith("layer") for name in names)  # fmt: skip
+    # the embedding, then cos and sin gathered from the rotary's table (the engine's on CUDA)
+    assert parts["body"] == ["torch embedding", "torch index", "torch index"]
     # 18 Gated DeltaNet layers, 6 attention layers (the last one as it ran), body and head
     others = len(parts["body"]) + len(parts["head"])
     want = 18 * len(gdn) + 5 * len(attention) + len(parts["layer 7 full_attention"]) + others

@@ -17,13 +17,25 @@ class RotaryEmbedding(nn.Module):
             raise ValueError(f"rotary_dim must be even, got {rotary_dim}")
         self.rotary_dim = rotary_dim
         self.theta = theta
+        self.table: tuple[torch.Tensor, torch.Tensor] | None = None  # `tabulate`'s
+
+    def tabulate(self, positions: int, device: torch.device) -> None:
+        """cos and sin of every position below `positions` computed once, on `device`: a
+        step's then gathered (two kernels where computing them takes eight), the same values
+        (each element by the same elementwise ops). The engine's, on CUDA, to its
+        max_model_len; not a buffer, so a model built on the meta device needs none."""
+        self.table = self.angles(torch.arange(positions, device=device))
 
     def forward(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """positions [T] -> (cos, sin), each [T, rotary_dim // 2] in fp32.
+        """positions [T] -> (cos, sin), each [T, rotary_dim // 2] in fp32: gathered from the
+        table on its device (every position below its length), else computed."""
+        if self.table is not None and self.table[0].device == positions.device:
+            cos, sin = self.table
+            return cos[positions], sin[positions]
+        return self.angles(positions)
 
-        The frequencies are recomputed per call (one tiny kernel per step) rather than held
-        in a buffer, so a model built on the meta device needs no buffer re-initialisation.
-        """
+    def angles(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin of positions [T], computed: the frequencies, the angles, then both."""
         exponents = torch.arange(
             0, self.rotary_dim, 2, device=positions.device, dtype=torch.float32
         )

@@ -181,7 +181,7 @@ class CausalLM(nn.Module):
     def forward_full(self, input_ids: torch.Tensor) -> torch.Tensor:
         """Logits [L, vocab] of one sequence with no cache: the reference for the cached path."""
         x = self.model.embed_tokens(input_ids)
-        cos, sin = self.rotary(torch.arange(input_ids.shape[0], device=input_ids.device))
+        cos, sin = self.rotary.angles(torch.arange(input_ids.shape[0], device=input_ids.device))
         for layer in self.model.layers:
             x = layer.forward_full(x, cos, sin)
         return self._head(self.model.norm(x))

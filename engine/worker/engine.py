@@ -67,6 +67,8 @@ class Engine:
         if parts.kernels.masked_head and logit_mask is not None and logit_span is not None:
             model.restrict_head(*logit_span)  # before the ops and graphs take the head
             self.first_logit = logit_span[0]
+        if self.device.type == "cuda" and hasattr(model, "rotary"):  # 2 kernels a step, not 8
+            model.rotary.tabulate(cache.max_model_len, self.device)
         max_pages = self.cache.pages_for(cache.max_model_len)
         max_tokens, max_rows = scheduling.max_tokens_per_step, scheduling.max_rows
 
