@@ -56,6 +56,8 @@ def test_a_08b_decode_steps_layers_launch_these_kernels(settings, gdn, attention
                    if label.startswith("layer") for name in names)  # fmt: skip
     # the embedding, then cos and sin gathered from the rotary's table (the engine's on CUDA)
     assert parts["body"] == ["torch embedding", "torch index", "torch index"]
+    # the final norm gathers each row's last token in its launch
+    assert parts["head"] == ["rms_norm", "skinny_gemm", "argmax_parts", "argmax_pick"]
     # 18 Gated DeltaNet layers, 6 attention layers (the last one as it ran), body and head
     others = len(parts["body"]) + len(parts["head"])
     want = 18 * len(gdn) + 5 * len(attention) + len(parts["layer 7 full_attention"]) + others

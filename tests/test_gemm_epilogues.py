@@ -86,6 +86,14 @@ for dtype in (torch.bfloat16, torch.float16):
             "dtype": str(normed.dtype),
         }
 
+# the head's norm of each row's last token: the rows gathered in the norm's launch
+for dtype in (torch.bfloat16, torch.float32):
+    x, residual = torch.randn(2, 40, 128).to(dtype)
+    rows, scale = torch.tensor([39, 0, 7, 7]), 1 + 0.1 * torch.randn(128)
+    gathered = triton_norms.rms_norm(x, scale, 1e-6, residual, rows=rows)
+    indexed = triton_norms.rms_norm(x[rows], scale, 1e-6, residual[rows])
+    report[f"gather-{str(dtype)[6:]}"] = all(same(a, b) for a, b in zip(gathered, indexed))
+
 # the CUDA ops: the fused kernels where dense_epilogues and dense_kernel triton say, else the
 # unfused pair; the same bits either way
 model = torch.nn.ModuleDict({"mlp": GatedMLP(128, 2048), "norm": RMSNorm(128)})
@@ -199,6 +207,10 @@ report["errors"] = refused({
         triton_gemm.skinny_linear(torch.zeros(4, 2048).bfloat16(),
                                   torch.zeros(64, 2048).bfloat16(), partials=True),
         torch.ones(64), 1e-6),
+    "gather_partials": lambda: triton_norms.rms_norm(
+        triton_gemm.skinny_linear(torch.zeros(4, 2048).bfloat16(),
+                                  torch.zeros(64, 2048).bfloat16(), partials=True),
+        torch.ones(64), 1e-6, torch.zeros(4, 64).bfloat16(), rows=torch.tensor([3])),
     "conv_split": lambda: triton_gemm.skinny_linear(
         torch.zeros(4, 2048).bfloat16(), torch.zeros(64, 2048).bfloat16(),
         conv=triton_gemm.ConvEpilogue(torch.zeros(32, 4).bfloat16(),
@@ -290,3 +302,10 @@ def test_fused_calls_refuse_what_they_cannot_compute(report):
     assert "silu_mul=True" in errors["odd"] and "partials=True" in errors["both"]
     assert "conv=True" in errors["conv_split"]  # a K split would store each output twice
     assert errors["no_residual"] == "rms_norm of a split product's partials needs the residual"
+    assert "gathers rows of a summed product" in errors["gather_partials"]
+
+
+def test_the_heads_norm_gathers_its_rows_in_its_launch(report):
+    """rms_norm(x, ..., residual, rows=...) (the head's last tokens, a row twice): what the
+    norm of x[rows] and residual[rows] stores, bit for bit, bf16 and fp32."""
+    assert report["gather-bfloat16"] and report["gather-float32"]

@@ -84,6 +84,9 @@ def test_norm_kernels_equal_the_reference(dtype):
     with torch.no_grad():
         norm.weight.normal_(0, 0.1, generator=gen)
     out, s = triton_norms.rms_norm(x, 1 + norm.weight.float(), norm.eps, r)
+    rows = torch.tensor([6, 0, 3, 3], device=CUDA)  # the head's: rows gathered in the launch
+    gathered = triton_norms.rms_norm(x, 1 + norm.weight.float(), norm.eps, r, rows)
+    assert torch.equal(gathered[0], out[rows]) and torch.equal(gathered[1], s[rows])
     ref_out, ref_s = TORCH_OPS.norm(x, norm, r)
     torch.testing.assert_close(s, ref_s, atol=TOL[dtype], rtol=0)
     torch.testing.assert_close(out, ref_out, atol=TOL[dtype], rtol=TOL[dtype])

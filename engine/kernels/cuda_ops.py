@@ -148,8 +148,8 @@ class CudaOps(DenseOps):
         return slot
 
     # --- ops (the dense projections: DenseOps) --------------------------------------------
-    def norm(self, x, norm: RMSNorm, residual=None):
-        return triton_norms.rms_norm(x, self.weights[norm], norm.eps, residual)
+    def norm(self, x, norm: RMSNorm, residual=None, rows=None):
+        return triton_norms.rms_norm(x, self.weights[norm], norm.eps, residual, rows)
 
     def qk_rope(self, q, k, cos, sin, norms: tuple[RMSNorm, RMSNorm] | None = None, kv=None):
         """One launch for an attention layer's q and k (`triton_rope.qk_rope`). `kv`: (v,

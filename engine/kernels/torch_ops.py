@@ -40,9 +40,13 @@ class TorchOps:
         return F.linear(x, layer.weight)
 
     def norm(
-        self, x: torch.Tensor, norm: RMSNorm, residual: torch.Tensor | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(norm(x + residual), x + residual); without a residual, (norm(x), x)."""
+        self, x: torch.Tensor, norm: RMSNorm, residual: torch.Tensor | None = None,
+        rows: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+        """(norm(x + residual), x + residual); without a residual, (norm(x), x). `rows`: of
+        x[rows] and residual[rows] (the head's last tokens; the CUDA ops' in one launch)."""
+        if rows is not None:
+            x, residual = x[rows], residual[rows]
         if residual is not None:
             x = x + residual
         return norm(x), x

@@ -25,14 +25,18 @@ from engine.kernels.triton_pdl import pdl_start
 @bound
 @triton.jit
 def _rms_norm_kernel(
-    X, R, OUT, ROUT, W, stride_x, stride_r, stride_o, N, eps,
+    X, R, OUT, ROUT, W, ROWS, stride_x, stride_r, stride_o, N, eps,
     HAS_RES: tl.constexpr, BLOCK: tl.constexpr, SPLIT: tl.constexpr = 0,
-    PDL: tl.constexpr = False,
+    GATHER: tl.constexpr = False, PDL: tl.constexpr = False,
 ):  # fmt: skip
     """With SPLIT, X is a split GEMM's fp32 partials [SPLIT, rows, N] (triton_gemm.Partials):
-    summed in split order and rounded to OUT's dtype, as the GEMM's own sum would."""
+    summed in split order and rounded to OUT's dtype, as the GEMM's own sum would. With
+    GATHER, program i reads row ROWS[i] of X and R (and writes row i)."""
     pdl_start(PDL)
     row = tl.program_id(0)
+    out_row = row
+    if GATHER:
+        row = tl.load(ROWS + row).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     mask = cols < N
     if SPLIT:
@@ -46,36 +50,41 @@ def _rms_norm_kernel(
     if HAS_RES:  # the reference adds in the model dtype, then normalises the rounded sum
         r = tl.load(R + row * stride_r + cols, mask=mask, other=0.0).to(tl.float32)
         s = (x + r).to(ROUT.dtype.element_ty)
-        tl.store(ROUT + row * N + cols, s, mask=mask)
+        tl.store(ROUT + out_row * N + cols, s, mask=mask)
         x = s.to(tl.float32)
     inv = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / N + eps)
     w = tl.load(W + cols, mask=mask, other=0.0)
-    tl.store(OUT + row * stride_o + cols, (x * inv * w).to(OUT.dtype.element_ty), mask=mask)
+    tl.store(OUT + out_row * stride_o + cols, (x * inv * w).to(OUT.dtype.element_ty), mask=mask)
 
 
 def rms_norm(
     x: torch.Tensor | Partials, weight: torch.Tensor, eps: float,
-    residual: torch.Tensor | None = None,
+    residual: torch.Tensor | None = None, rows: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     """x [T, N] (rows may be strided), or a split GEMM's unsummed `Partials` (then a residual
     is required: the sum is never returned); weight fp32 [N], the scale already applied
     (1 + w). With `residual`: s = x + residual (rounded to x's dtype) is normalised and
-    returned as the new residual. Returns (normed, s or x)."""
+    returned as the new residual. `rows` [R] (not with partials): the rows x[rows] and
+    residual[rows] read, in one launch (the head's last tokens). Returns (normed, s or x)."""
+    if rows is not None and (isinstance(x, Partials) or residual is None):
+        raise ValueError("rms_norm gathers rows of a summed product with its residual")
     split = 0
     if isinstance(x, Partials):
         if residual is None:
             raise ValueError("rms_norm of a split product's partials needs the residual")
         split, dtype, x = x.sums.shape[0], x.dtype, x.sums
-        rows, n = x.shape[1:]
+        count, n = x.shape[1:]
     else:
-        (rows, n), dtype = x.shape, x.dtype
-    out = torch.empty((rows, n), dtype=dtype, device=x.device)
+        (count, n), dtype = x.shape, x.dtype
+    count = count if rows is None else rows.shape[0]
+    out = torch.empty((count, n), dtype=dtype, device=x.device)
     res_out = torch.empty_like(out) if residual is not None else x
     r = residual if residual is not None else x
-    if rows:
-        _rms_norm_kernel[(rows,)](
-            x, r, out, res_out, weight, x.stride(-2), r.stride(0), out.stride(0), n, eps,
+    if count:
+        _rms_norm_kernel[(count,)](
+            x, r, out, res_out, weight, rows, x.stride(-2), r.stride(0), out.stride(0), n, eps,
             HAS_RES=residual is not None, BLOCK=triton.next_power_of_2(n), SPLIT=split,
+            GATHER=rows is not None,
         )  # fmt: skip
     return out, res_out
 

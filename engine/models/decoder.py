@@ -173,7 +173,7 @@ class CausalLM(nn.Module):
     def logits_at(self, x, residual, rows: torch.Tensor, ops, float32: bool = True):
         """Float32 logits of the tokens at `rows` (each row's last token); `float32=False`: in
         the model's dtype."""
-        hidden, _ = ops.norm(x[rows], self.model.norm, residual[rows])
+        hidden, _ = ops.norm(x, self.model.norm, residual, rows=rows)
         logits = ops.linear(self.step_head, hidden)
         return logits.float() if float32 else logits
 
