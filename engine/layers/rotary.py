@@ -23,7 +23,14 @@ class RotaryEmbedding(nn.Module):
         """cos and sin of every position below `positions` computed once, on `device`: a
         step's then gathered (two kernels where computing them takes eight), the same values
         (each element by the same elementwise ops). The engine's, on CUDA, to its
-        max_model_len; not a buffer, so a model built on the meta device needs none."""
+        max_model_len; not a buffer, so a model built on the meta device needs none. It only
+        grows: engines that share a model each keep every position they were promised."""
+        device, held = torch.device(device), self.table[0] if self.table else None
+        same = held is not None and held.device.type == device.type
+        if same and device.index in (None, held.device.index):  # "cuda": the current one
+            positions = max(positions, held.shape[0])
+            if positions == held.shape[0]:
+                return
         self.table = self.angles(torch.arange(positions, device=device))
 
     def forward(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
