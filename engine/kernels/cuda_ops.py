@@ -7,8 +7,9 @@
   bf16/fp16 (triton_gemm.py: the weight streamed once); more rows and fp32 stay on torch's.
   The dense ops, and what `dense_epilogues` fuses into our GEMM, are `DenseOps`'
   (cuda_dense.py), this class's base.
-- Norms, q/k norm + rotary, the gated norm, SiLU-and-multiply, the K/V store: Triton
-  (triton_norms.py). Attention: FlashInfer for bf16/fp16, decode steps on our split Triton
+- Norms, the gated norm, the sigmoid gate, SiLU-and-multiply: Triton (triton_norms.py); an
+  attention layer's q/k norm + rotary in one launch, with a decode step's K/V store
+  (`_kv_early`), else the store in `attention` (triton_rope.py). Attention: FlashInfer for bf16/fp16, decode steps on our split Triton
   kernel with `decode_attention="triton"` (triton_decode.py); fp32 (the verification mode)
   uses the torch reference attention, since FlashInfer has no fp32 kernels.
 - Gated DeltaNet: the conv and, for decode steps and fp32, the recurrence run on our Triton
