@@ -33,9 +33,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from engine.cache.kv_cache import KVCache
-from engine.kernels import cuda_ops, offline
 from engine.kernels.decode_config import decode_splits
-from engine.kernels.flashinfer_attention import TritonDecode
 from engine.models import architecture
 from engine.worker.step_inputs import StepInputs
 from harness.scenario import load_scenario, parse_overrides
@@ -70,6 +68,8 @@ class _OurDecodeAttention:
         self.kv_heads = kv_heads
 
     def plan(self, batch, bucket=None) -> int:
+        from engine.kernels.flashinfer_attention import TritonDecode
+
         layout = (batch.kv_indices, batch.kv_indptr, batch.kv_last_page_len)
         self.active = TritonDecode(*layout, decode_splits(batch.num_rows, self.kv_heads))
         return 0
@@ -78,7 +78,7 @@ class _OurDecodeAttention:
         return self.active.run(q, k_cache, v_cache, scale)
 
 
-def _name(launch: offline.Launch) -> str:
+def _name(launch) -> str:
     """A recorded launch's kernel and its fused form (a GEMM with its conv epilogue: `conv`)."""
     name = launch.kernel.fn.__name__.strip("_").removesuffix("_kernel")
     forms = [f"{k.lower()}={v}" for k, v in launch.constexprs.items() if k in FORMS and v]
@@ -106,6 +106,10 @@ def _small_model(scenario):
 
 def count(scenario_name: str, size: str, rows: int, context: int, settings: str = "") -> dict:
     """Per layer, the launches of one decode step (names in order), and the step's total."""
+    # they import triton: here, not at import (asv's discovery imports every module of
+    # benchmarks/ on machines without it)
+    from engine.kernels import cuda_ops, offline
+
     overrides = {"engine.decode_attention": "triton", **parse_overrides(settings)}
     scenario = load_scenario(scenario_name, size, overrides)
     config = dataclasses.replace(scenario.engine, device="cpu")
