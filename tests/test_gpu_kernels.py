@@ -277,7 +277,8 @@ def test_flashinfer_attention_prefill_and_decode_equal_the_reference(
 ):
     """A prefill then two decode steps on FlashInfer against the torch paged attention; the
     decode steps on its CUDA-core kernel or its tensor-core one (`decode_tensor_cores`), or
-    on our Triton kernel (`decode_attention: triton`; the prefill still FlashInfer's)."""
+    on our Triton kernel (`decode_attention: triton`; the prefill still FlashInfer's). The
+    decode steps' K/V stored by qk_rope, the prefill's by attention: the same caches."""
     dtype, ps, q_heads, kv_heads, dim = torch.bfloat16, 16, 8, 2, 256
     model = torch.nn.ModuleDict({"a": GatedAttention(1024, q_heads, kv_heads, dim, 1e-6)})
     ops = CudaOps(
@@ -296,6 +297,11 @@ def test_flashinfer_attention_prefill_and_decode_equal_the_reference(
         q = torch.randn(sum(new), q_heads, dim, device=CUDA, dtype=dtype, generator=gen)
         k, v = torch.randn(2, sum(new), kv_heads, dim, device=CUDA, dtype=dtype, generator=gen)
         ops.begin_step(batch)
+        # as the layer calls them: qk_rope (an identity rotary here: the same q and k) stores a
+        # decode step's K/V in its launch (INVARIANTS 91), then attention attends
+        half = torch.ones(sum(new), dim // 2, device=CUDA)
+        kv = (v, caches["k"], caches["v"], batch)
+        q, k = ops.qk_rope(q, k, half, 0 * half, kv=kv)
         got = ops.attention(q, k, v, caches["k"], caches["v"], batch, dim**-0.5)
         want = torch_paged_attention(q, k, v, ref_caches["k"], ref_caches["v"], batch, dim**-0.5)
         torch.testing.assert_close(got, want, atol=2e-2, rtol=2e-2)

@@ -742,6 +742,13 @@ for name, decode, bucket in (("decode", True, None), ("piecewise", True, 16),
     real_store(k2.view(5, -1), v.view(5, -1), want_k, want_v, slots)
     routes[name] = {"attention_stored": calls == ["attention"],
                     "same": torch.equal(kc, want_k) and torch.equal(vc, want_v)}
+# attention on a decode step whose qk_rope stored nothing: refused, not attended unstored
+try:
+    ops.attention(q2, k2, v, kc, vc, SimpleNamespace(is_decode=True, token_bucket=None,
+                                                     slot_mapping=slots), 1.0)
+    routes["bare"] = None
+except RuntimeError as exc:
+    routes["bare"] = str(exc)
 report["routes"] = routes
 print(json.dumps(report))
 """
@@ -771,6 +778,7 @@ def test_rotary_kernels_in_the_interpreter_equal_the_reference():
         assert result["untouched"], name
         assert result["pair_same"], name  # q and k in one launch: the same bits as two
         assert result["kv_same"], name  # with K and V stored: store_kv's caches
+    assert "qk_rope(..., kv=...) first" in routes.pop("bare")
     assert routes == {
         "decode": {"attention_stored": False, "same": True},
         "piecewise": {"attention_stored": True, "same": True},

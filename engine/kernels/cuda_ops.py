@@ -127,6 +127,7 @@ class CudaOps(DenseOps):
         self.reads_page_table = self.attention_backend is None  # the reference attention does
         self._chunked = False  # this step's Gated DeltaNet runs a chunked kernel
         self._step = None  # (slots, keep, cu_seqlens, cu_seqlens on the host) of that step
+        self._stored = None  # the batch whose K/V qk_rope stored and no attention read yet
 
     def _register(self, *linears: nn.Linear) -> None:
         self.packed[linears] = (_pack(linears), [linear.weight.shape[0] for linear in linears])
@@ -160,6 +161,7 @@ class CudaOps(DenseOps):
         if kv is not None and self._kv_early(kv[3]):
             v, k_cache, v_cache, batch = kv
             store = triton_rope.KvStore(v, k_cache, v_cache, batch.slot_mapping)
+            self._stored = batch  # the step whose next attention finds its K/V stored
         weights, eps = (None, None), (0.0, 0.0)
         if norms is not None:
             weights = (self.weights[norms[0]], self.weights[norms[1]])
@@ -169,7 +171,14 @@ class CudaOps(DenseOps):
     def attention(self, q, k, v, k_cache, v_cache, batch, scale: float) -> torch.Tensor:
         if self.attention_backend is None:
             return torch_paged_attention(q, k, v, k_cache, v_cache, batch, scale)
-        if not self._kv_early(batch):
+        if self._kv_early(batch):
+            if self._stored is not batch:  # nothing stored this step's K/V: say so, not attend
+                raise RuntimeError(
+                    "a decode step's attention needs its layer's qk_rope(..., kv=...) first: "
+                    "that launch stores K and V (INVARIANTS 91)"
+                )
+            self._stored = None
+        else:
             tokens = k.shape[0]
             triton_rope.store_kv(
                 k.view(tokens, -1), v.view(tokens, -1), k_cache, v_cache, batch.slot_mapping
