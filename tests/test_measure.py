@@ -344,6 +344,31 @@ def test_arms_resolve_in_the_repository_of_the_current_directory(tmp_path, monke
     assert arms.repo() in (arms.HARNESS_TREE, Path(tmp_path.parent).resolve())
 
 
+def test_a_dir_arm_runs_another_trees_engine_and_names_its_code(tmp_path):
+    """`dir:PATH`: the engine of a tree on disk (a commit's `git archive` where the history is
+    not at hand): its servers run from that tree, the arm named by a hash of its engine code,
+    so two copies of one engine are the same code and an edit is not; a path with no engine
+    is a one-line error before anything runs."""
+    import shutil
+
+    from harness.measure import arms
+
+    one, two = tmp_path / "one", tmp_path / "two"
+    for tree in (one, two):
+        shutil.copytree(ROOT / "engine", tree / "engine", ignore=shutil.ignore_patterns("*.pyc"))
+    a, b = arms.resolve("A", "old", f"dir:{one}"), arms.resolve("B", "copy", f"dir:{two}")
+    assert (a.kind, a.tree, a.commit) == ("dir", str(one.resolve()), None)
+    assert a.same_code_as(b) and not a.same_code_as(arms.resolve("B", "new", "worktree"))
+    with (two / "engine" / "spans.py").open("a") as edited:
+        edited.write("# an edit\n")
+    assert not a.same_code_as(arms.resolve("B", "edited", f"dir:{two}"))
+    with pytest.raises(BenchError, match="holds no engine"):
+        arms.resolve("A", "none", f"dir:{tmp_path / 'none'}")
+    refused = bench("run", "qwen35", "--arm", f"a=dir:{tmp_path / 'none'}", "--arm", "b=worktree")
+    assert refused.returncode == 2 and "holds no engine" in refused.stderr, refused.stderr
+    assert "Traceback" not in refused.stderr
+
+
 def test_a_crash_exits_3_not_1(monkeypatch, tmp_path, capsys):
     """1 says "B is slower"; a bug must not read as a verdict."""
     from harness import cli

@@ -57,6 +57,7 @@ with main, B = the working tree. SPEC is one of:
   main                  a git ref (of this directory's repository)
   worktree              the working tree, uncommitted changes included
   engine.mixing=true    the working tree with scenario overrides
+  dir:/path/to/tree     the engine of another tree (a commit's git archive)
   http://host:8000      a running OpenAI-compatible server (no spans)
 \b
 Examples:

@@ -1,8 +1,9 @@
 """Arms: what each side of a comparison runs, resolved to something a server can start from.
 
 A SPEC is a git ref (run from a worktree of that commit), `worktree` (this tree, uncommitted
-changes included), scenario overrides (`key=value,...`, on this tree), or the URL of a running
-OpenAI-compatible server (driven as is: no spans). Default: A = the merge-base of HEAD with
+changes included), scenario overrides (`key=value,...`, on this tree), `dir:PATH` (the engine
+of another tree on disk, e.g. a commit's `git archive` on a machine without the repository's
+history), or the URL of a running OpenAI-compatible server (driven as is: no spans). Default: A = the merge-base of HEAD with
 main, B = the working tree. "This tree" and the refs are those of the git repository of the
 current directory (`repo()`), wherever bench itself is installed.
 """
@@ -33,7 +34,7 @@ def repo() -> Path:
 class Arm:
     letter: str  # "A" or "B": its place in the schedule
     name: str  # what the user called it
-    kind: str  # "ref" | "worktree" | "overrides" | "url"
+    kind: str  # "ref" | "worktree" | "overrides" | "dir" | "url"
     spec: str
     commit: str | None = None
     dirty: bool = False
@@ -110,10 +111,29 @@ def default_base() -> str:
     return git("rev-list", "--max-parents=0", "HEAD").splitlines()[-1]
 
 
+def _engine_digest(tree: Path) -> str:
+    """A hash of a tree's engine code (every file under engine/, by path and bytes): what a
+    dir arm runs, so two dir arms of the same code read as the same code."""
+    digest = hashlib.sha256()
+    for path in sorted((tree / "engine").rglob("*")):
+        if path.is_file() and "__pycache__" not in path.parts:
+            digest.update(str(path.relative_to(tree)).encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
 def resolve(letter: str, name: str, spec: str) -> Arm:
     spec = spec.strip()
     if spec.startswith(("http://", "https://")):
         return Arm(letter, name, "url", spec, url=spec.rstrip("/"))
+    if spec.startswith("dir:"):
+        tree = Path(spec.removeprefix("dir:")).expanduser().resolve()
+        if not (tree / "engine" / "__init__.py").is_file():
+            raise BenchError(
+                f"arm {name}: {spec!r} holds no engine ({tree}/engine/__init__.py); give a "
+                "tree such as a commit's `git archive`, unpacked"
+            )
+        return Arm(letter, name, "dir", spec, diff_hash=_engine_digest(tree), tree=str(tree))
     if spec == "worktree":
         head, dirty, digest = _tree_state()
         return Arm(letter, name, "worktree", spec, head, dirty, digest, tree=str(repo()))
