@@ -33,7 +33,6 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from engine.cache.kv_cache import KVCache
-from engine.kernels.decode_config import decode_splits
 from engine.models import architecture
 from engine.worker.step_inputs import StepInputs
 from harness.scenario import load_scenario, parse_overrides
@@ -70,8 +69,7 @@ class _OurDecodeAttention:
     def plan(self, batch, bucket=None) -> int:
         from engine.kernels.flashinfer_attention import TritonDecode
 
-        layout = (batch.kv_indices, batch.kv_indptr, batch.kv_last_page_len)
-        self.active = TritonDecode(*layout, decode_splits(batch.num_rows, self.kv_heads))
+        self.active = TritonDecode.of(batch, self.kv_heads)
         return 0
 
     def run(self, q, k_cache, v_cache, scale: float):

@@ -134,13 +134,7 @@ def test_the_gated_norm_prologue_equals_the_norm_kernel_then_the_gemm_bit_for_bi
     hands the norm) what the standalone gated norm then the plain GEMM store, at 1, 7 and 64
     rows, split and not, with one row's values 40x the rest; the norm within rounding of
     fp32 torch (the interpreter's bf16 rounding toward zero allows two bf16 ulps)."""
-    norms = {name: r for name, r in report.items() if name.startswith("norm-")}
-    assert len(norms) == 2 * 3 * 2
-    for name, result in norms.items():
-        assert result["same"], (name, result)
-        if "err" in result:
-            ulp = 2**-7 if "bfloat16" in name else 2**-10
-            assert result["err"] <= 2 * ulp, (name, result)
+    _bit_for_bit_and_near(report, "norm-", 2 * 3 * 2)
 
 
 def test_the_sigmoid_gate_prologue_equals_the_gate_kernel_then_the_gemm_bit_for_bit(report):
@@ -148,9 +142,15 @@ def test_the_sigmoid_gate_prologue_equals_the_gate_kernel_then_the_gemm_bit_for_
     strided view of the packed q, tiles of 128 and at 128 rows of 64) stores what the gate
     kernel then the plain GEMM store; the gate kernel within the interpreter's rounding of
     torch's out * sigmoid(gate), which rounds the sigmoid first."""
-    gates = {name: r for name, r in report.items() if name.startswith("gate-")}
-    assert len(gates) == 2 * 4 * 2
-    for name, result in gates.items():
+    _bit_for_bit_and_near(report, "gate-", 2 * 4 * 2)
+
+
+def _bit_for_bit_and_near(report: dict, prefix: str, count: int) -> None:
+    """The `count` results named `prefix...`: each fused equal to unfused, and where the
+    standalone kernel was held to torch, within two output ulps (bf16 2^-7, fp16 2^-10)."""
+    results = {name: r for name, r in report.items() if name.startswith(prefix)}
+    assert len(results) == count
+    for name, result in results.items():
         assert result["same"], (name, result)
         if "err" in result:
             ulp = 2**-7 if "bfloat16" in name else 2**-10

@@ -9,9 +9,10 @@
   (cuda_dense.py), this class's base.
 - Norms, the gated norm, the sigmoid gate, SiLU-and-multiply: Triton (triton_norms.py); an
   attention layer's q/k norm + rotary in one launch, with a decode step's K/V store
-  (`_kv_early`), else the store in `attention` (triton_rope.py). Attention: FlashInfer for bf16/fp16, decode steps on our split Triton
-  kernel with `decode_attention="triton"` (triton_decode.py); fp32 (the verification mode)
-  uses the torch reference attention, since FlashInfer has no fp32 kernels.
+  (`_kv_early`), else the store in `attention` (triton_rope.py). Attention: FlashInfer for
+  bf16/fp16, decode steps on our split Triton kernel with `decode_attention="triton"`
+  (triton_decode.py); fp32 (the verification mode) uses the torch reference attention,
+  since FlashInfer has no fp32 kernels.
 - Gated DeltaNet: the conv and, for decode steps and fp32, the recurrence run on our Triton
   kernels in place on the state pool (triton_gdn.py); bf16/fp16 prefill and mixed steps run
   our chunked kernel, in place, one launch a layer (`gdn_prefill="triton"`), or in three

@@ -43,6 +43,12 @@ class TritonDecode(NamedTuple):
     kv_last_page_len: torch.Tensor
     splits: int
 
+    @classmethod
+    def of(cls, batch, kv_heads: int, sms: int = SMS) -> TritonDecode:
+        """A decode step's plan: its device page layout, the split count of its rows alone."""
+        layout = (batch.kv_indices, batch.kv_indptr, batch.kv_last_page_len)
+        return cls(*layout, decode_splits(batch.num_rows, kv_heads, sms))
+
     def run(self, q, k_cache, v_cache, scale: float) -> torch.Tensor:
         layout = (self.kv_indices, self.kv_indptr, self.kv_last_page_len)
         return triton_decode.paged_decode(q, k_cache, v_cache, *layout, scale, self.splits)
@@ -113,9 +119,7 @@ class FlashInferAttention:
         host, types = batch.host, {"q_data_type": self.dtype, "kv_data_type": self.dtype}
         decode = batch.is_decode or bucket is not None
         if decode and self.decode_kernel == "triton":
-            splits = decode_splits(batch.num_rows, self.shape[1], self.sms)  # by rows alone
-            layout = (batch.kv_indices, batch.kv_indptr, batch.kv_last_page_len)
-            self._active = TritonDecode(*layout, splits)
+            self._active = TritonDecode.of(batch, self.shape[1], self.sms)
         elif decode:
             wrapper = self.decode[slot] if bucket is None else self.graph_decode[bucket, slot]
             self.fences.before_write(slot)

@@ -201,22 +201,24 @@ def record_gemm_launches(dtype: torch.dtype = torch.bfloat16) -> list[Launch]:
                         product = triton_gemm.skinny_linear(x, weight, partials=True)
                         norm = torch.zeros(n, dtype=torch.float32)
                         triton_norms.rms_norm(product, norm, 1e-6, torch.zeros(m, n, dtype=dtype))
-                        for prologue in _prologues(name, shapes is triton_gemm.SHAPES["0.8b"], x):
-                            triton_gemm.skinny_linear(x, weight, partials=True, prologue=prologue)
+                        if shapes is triton_gemm.SHAPES["0.8b"]:  # Gated DeltaNet, gated attn
+                            for prologue in _prologues(x, n):
+                                triton_gemm.skinny_linear(x, weight, partials=True,
+                                                          prologue=prologue)  # fmt: skip
     return launches
 
 
-def _prologues(name: str, qwen: bool, x: torch.Tensor) -> list:
-    """What 0.8b's output projections (both 1024 x 2048) read x through with
+def _prologues(x: torch.Tensor, n: int) -> list:
+    """What 0.8b's output projections (both n x 2048) read x through with
     `engine.dense_epilogues`, where `fuses_prologue`: Gated DeltaNet's out_proj the gated norm
     (16 heads of 128), gated attention's o_proj the sigmoid gate (8 heads of 256, a view of
     the packed q). Orpheus's attention has no gate, its model no Gated DeltaNet."""
-    (m, k), n = x.shape, 1024
+    m, k = x.shape
     prologues = []
-    if qwen and name == "out_proj" and triton_gemm.fuses_prologue(m, n, k, 128, True):
+    if triton_gemm.fuses_prologue(m, n, k, 128, True):
         z = torch.zeros(m, 3 * k, dtype=x.dtype)[:, k : 2 * k]  # a view of the in-projection
         prologues.append(triton_gemm.GatedNorm(z, torch.ones(128), 1e-6))
-    if qwen and name == "out_proj" and triton_gemm.fuses_prologue(m, n, k, 256, False):
+    if triton_gemm.fuses_prologue(m, n, k, 256, False):
         prologues.append(triton_gemm.SigmoidGate(torch.zeros(m, 8, 512, dtype=x.dtype)[..., 256:]))
     return prologues
 

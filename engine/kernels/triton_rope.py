@@ -77,33 +77,26 @@ def _head_norm_rope_kernel(
     if h < H:
         _norm_rope_head(X + t * stride_xt + h * stride_xh, OUT + (t * H + h) * D, W, COS, SIN,
                         t, D, HALF, eps, HAS_NORM, BLOCK)  # fmt: skip
-    elif not STORE:
+    elif h < H + H2:
         h2 = h - H
-        _norm_rope_head(X2 + t * stride_x2t + h2 * stride_x2h, OUT2 + (t * H2 + h2) * D, W2, COS,
-                        SIN, t, D, HALF, eps2, HAS_NORM, BLOCK)  # fmt: skip
-    else:  # compiled only with STORE (the caches' pointers are None without)
-        _store_head(X2, OUT2, W2, COS, SIN, V, KC, VC, SLOTS, t, h - H, stride_x2t, stride_x2h,
-                    stride_vt, stride_vh, H2, D, HALF, eps2, HAS_NORM, BLOCK)  # fmt: skip
+        k = _norm_rope_head(X2 + t * stride_x2t + h2 * stride_x2h, OUT2 + (t * H2 + h2) * D, W2,
+                            COS, SIN, t, D, HALF, eps2, HAS_NORM, BLOCK)  # fmt: skip
+        if STORE:  # the constexpr keeps the caches' None pointers out of a plain compile
+            _to_slot(KC, SLOTS, t, h2, H2, D, k.to(KC.dtype.element_ty), BLOCK)
+    elif STORE:
+        hv = h - H - H2
+        cols = tl.arange(0, BLOCK)
+        v = tl.load(V + t * stride_vt + hv * stride_vh + cols, mask=cols < D)
+        _to_slot(VC, SLOTS, t, hv, H2, D, v, BLOCK)
 
 
 @triton.jit
-def _store_head(
-    X2, OUT2, W2, COS, SIN, V, KC, VC, SLOTS, t, h, stride_x2t, stride_x2h, stride_vt,
-    stride_vh, H2, D, HALF, eps2, HAS_NORM: tl.constexpr, BLOCK: tl.constexpr,
-):  # fmt: skip
-    """Head h of [k | v] (2 H2 heads): a k head normed and rotated as without the store, then
-    stored at the token's K cache slot; a v head copied to its V cache slot."""
+def _to_slot(CACHE, SLOTS, t, h, H2, D, head, BLOCK: tl.constexpr):
+    """Head h of token t's K or V into its cache slot (none where the slot is negative: a
+    padding token)."""
     cols = tl.arange(0, BLOCK)
     slot = tl.load(SLOTS + t).to(tl.int64)
-    mask = (cols < D) & (slot >= 0)  # a negative slot is a padding token: nothing stored
-    if h < H2:
-        k = _norm_rope_head(X2 + t * stride_x2t + h * stride_x2h, OUT2 + (t * H2 + h) * D, W2,
-                            COS, SIN, t, D, HALF, eps2, HAS_NORM, BLOCK)  # fmt: skip
-        tl.store(KC + slot * (H2 * D) + h * D + cols, k.to(KC.dtype.element_ty), mask=mask)
-    else:
-        hv = h - H2
-        v = tl.load(V + t * stride_vt + hv * stride_vh + cols, mask=mask)
-        tl.store(VC + slot * (H2 * D) + hv * D + cols, v, mask=mask)
+    tl.store(CACHE + slot * (H2 * D) + h * D + cols, head, mask=(cols < D) & (slot >= 0))
 
 
 def head_norm_rope(

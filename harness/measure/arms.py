@@ -3,9 +3,10 @@
 A SPEC is a git ref (run from a worktree of that commit), `worktree` (this tree, uncommitted
 changes included), scenario overrides (`key=value,...`, on this tree), `dir:PATH` (the engine
 of another tree on disk, e.g. a commit's `git archive` on a machine without the repository's
-history), or the URL of a running OpenAI-compatible server (driven as is: no spans). Default: A = the merge-base of HEAD with
-main, B = the working tree. "This tree" and the refs are those of the git repository of the
-current directory (`repo()`), wherever bench itself is installed.
+history), or the URL of a running OpenAI-compatible server (driven as is: no spans).
+Default: A = the merge-base of HEAD with main, B = the working tree. "This tree" and the refs
+are those of the git repository of the current directory (`repo()`), wherever bench itself is
+installed.
 """
 
 from __future__ import annotations
